@@ -1,0 +1,26 @@
+"""Speculative-length policies (pure Python: imports neither vllm nor ray).
+
+Public API::
+
+    from nightjar_ray.policy import build_policy, StepResult
+    policy = build_policy("nightjar", {"gamma_max": 4}, rng=random.Random(0))
+    gamma = policy.choose(num_reqs=B, max_skip_tokens=L_max)
+    policy.observe(StepResult(num_reqs=B, gamma=gamma, num_tokens=n, duration_s=dt))
+"""
+
+from nightjar_ray.policy.base import Policy, StepResult
+from nightjar_ray.policy.config import PolicyConfig
+from nightjar_ray.policy.registry import build_policy, policy_config, policy_names
+from nightjar_ray.policy.stats import PolicyStats
+from nightjar_ray.policy.switch_cost import SwitchCostTable
+
+__all__ = [
+    "Policy",
+    "PolicyConfig",
+    "PolicyStats",
+    "StepResult",
+    "SwitchCostTable",
+    "build_policy",
+    "policy_config",
+    "policy_names",
+]

@@ -1,0 +1,172 @@
+"""Nightjar: Algorithm 1 of the paper (§4.2) with the Eq. (4) switch penalty.
+
+Per batch-size key B the policy keeps (j_B, H_B, b_B, tau_B)::
+
+    block j (H = 2^(j-1))  |-- bin 1 --|-- bin 2 --| ... |-- bin K --|    K = floor(sqrt(H))
+    bin                     tau = 1 .. floor(sqrt(H)) steps, one locked arm
+
+At a bin start (tau_B = 1) the bin explores with probability 1/b_B (uniform
+arm in {0..Gamma_max}) and otherwise exploits Eq. (4)::
+
+    gamma* = argmin_gamma  l~[B, gamma] + I(gamma_prev = 0 and gamma > 0) * C_switch(L_max, B) / gamma
+
+where l~ is the incremental mean of observed latency per token (duration /
+emitted tokens), not the inverse of mean goodput, and gamma_prev is the gamma
+of the previous step (any batch size). A bin ends when tau_B > sqrt(H_B), a
+block when b_B > sqrt(H_B); then j_B += 1 and H_B = 2^(j_B - 1).
+
+Arms never observed (exploitation's open question): an exploitation bin plays
+the smallest gamma that has no observation yet under this key before trusting
+any estimate (optimistic initialization, as UCB plays every arm once). Every
+arm thus has an estimate before Eq. (4) compares estimates, and a batch size
+never seen before costs at most Gamma_max + 1 such bins.
+
+NOTE: the schedule counters advance in ``choose`` (when the arm is played),
+the estimates in ``observe``. In a sequential loop this is Algorithm 1
+exactly; with one step in flight (async scheduling) the counters still follow
+the steps actually played.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+from nightjar_ray.policy.base import Policy, StepResult, validate_result
+from nightjar_ray.policy.bucketing import bucket_fn
+from nightjar_ray.policy.config import NightjarPolicyConfig
+from nightjar_ray.policy.stats import ArmTable, PolicyStats
+from nightjar_ray.policy.switch_cost import SwitchCostTable
+
+LATENCY_TABLE = "latency_per_token_s"
+
+BinListener = Callable[[int, int, int, bool, int], None]
+"""Called at each bin start with (key, j_B, b_B, explored, gamma)."""
+
+
+class _KeySchedule:
+    """Block/bin counters of one batch-size key (Algorithm 1 lines 3, 19-25)."""
+
+    __slots__ = ("arm", "b", "j", "sqrt_h", "tau")
+
+    def __init__(self, j: int = 1, b: int = 1, tau: int = 1, arm: int = 0) -> None:
+        self.j, self.b, self.tau, self.arm = j, b, tau, arm
+        self.sqrt_h = math.sqrt(2 ** (j - 1))
+
+    def advance(self) -> None:
+        """One round played: tau += 1, closing the bin and block when due."""
+        self.tau += 1
+        if self.tau > self.sqrt_h:
+            self.b += 1
+            self.tau = 1
+            if self.b > self.sqrt_h:
+                self.j += 1
+                self.sqrt_h = math.sqrt(2 ** (self.j - 1))
+                self.b = 1
+
+
+class NightjarPolicy(Policy):
+    """The paper's bandit; see module docstring."""
+
+    name = "nightjar"
+
+    def __init__(
+        self,
+        config: NightjarPolicyConfig,
+        rng: random.Random,
+        switch_cost: SwitchCostTable | None = None,
+    ) -> None:
+        self.config = config
+        self._rng = rng
+        self._gamma_max = config.gamma_max
+        self._key = bucket_fn(config.bucketing)
+        self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
+        self._weight = config.switch_cost_weight
+        self._table = ArmTable(config.gamma_max + 1)
+        self._schedules: dict[int, _KeySchedule] = {}
+        self._prev_gamma = 0
+        self.bin_listener: BinListener | None = None
+        self.num_explore_bins = 0
+        self.num_exploit_bins = 0
+
+    @property
+    def gamma_max(self) -> int:
+        return self._gamma_max
+
+    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        if num_reqs < 1 or max_skip_tokens < 0:
+            raise ValueError(f"need num_reqs >= 1 and max_skip_tokens >= 0, got "
+                             f"{num_reqs}, {max_skip_tokens}")
+        key = self._key(num_reqs)
+        sched = self._schedules.get(key)
+        if sched is None:
+            sched = self._schedules[key] = _KeySchedule()
+        if sched.tau == 1:
+            sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens)
+        gamma = sched.arm
+        sched.advance()
+        self._prev_gamma = gamma
+        return gamma
+
+    def _start_bin(self, key: int, sched: _KeySchedule, num_reqs: int, skip: int) -> int:
+        """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4)."""
+        explore = self._rng.random() < 1.0 / sched.b
+        if explore:
+            self.num_explore_bins += 1
+            gamma = self._rng.randrange(self._gamma_max + 1)
+        else:
+            self.num_exploit_bins += 1
+            gamma = self.exploit(key, num_reqs, skip)
+        if self.bin_listener is not None:
+            self.bin_listener(key, sched.j, sched.b, explore, gamma)
+        return gamma
+
+    def exploit(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:
+        """Eq. (4) over the arms of ``key``; unobserved arms first (see module doc)."""
+        counts, means = self._table.row(key)
+        for gamma, count in enumerate(counts):
+            if count == 0.0:
+                return gamma
+        penalty = 0.0
+        if self._prev_gamma == 0 and self._weight > 0.0:
+            penalty = self._weight * self._switch_cost.cost_s_at(max_skip_tokens, num_reqs)
+        best_gamma, best_loss = 0, means[0]
+        for gamma in range(1, self._gamma_max + 1):
+            loss = means[gamma] + penalty / gamma
+            if loss < best_loss:
+                best_gamma, best_loss = gamma, loss
+        return best_gamma
+
+    def observe(self, result: StepResult) -> None:
+        validate_result(result, self._gamma_max)
+        self._table.update(
+            self._key(result.num_reqs), result.gamma, result.duration_s / result.num_tokens
+        )
+
+    def estimate(self, num_reqs: int, gamma: int) -> float | None:
+        """Current l~[B, gamma] (seconds per token) or ``None`` if unobserved."""
+        cell = self._table.get(self._key(num_reqs), gamma)
+        return None if cell is None else cell[1]
+
+    def export_stats(self) -> PolicyStats:
+        return PolicyStats(self.name, {LATENCY_TABLE: self._table.export()})
+
+    def load_stats(self, stats: PolicyStats) -> None:
+        if stats.policy != self.name:
+            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self._table.load(stats.tables.get(LATENCY_TABLE, {}))
+
+    def local_state(self) -> dict[str, Any]:
+        return {
+            "prev_gamma": self._prev_gamma,
+            "schedules": [[k, s.j, s.b, s.tau, s.arm] for k, s in sorted(self._schedules.items())],
+        }
+
+    def load_local_state(self, state: dict[str, Any]) -> None:
+        self._prev_gamma = int(state.get("prev_gamma", 0))
+        self._schedules = {
+            int(k): _KeySchedule(int(j), int(b), int(tau), int(arm))
+            for k, j, b, tau, arm in state.get("schedules", [])
+        }
