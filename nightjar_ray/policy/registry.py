@@ -26,6 +26,7 @@ from nightjar_ray.policy.config import (
     UcbSpecPolicyConfig,
     VllmStaticPolicyConfig,
 )
+from nightjar_ray.policy.cyclic import CyclicPolicy, CyclicPolicyConfig
 from nightjar_ray.policy.dsd import DsdPolicy
 from nightjar_ray.policy.exp3spec import Exp3SpecPolicy
 from nightjar_ray.policy.nightjar import NightjarPolicy
@@ -66,6 +67,7 @@ REGISTRY: dict[str, PolicySpec] = {
     "dsd": PolicySpec(DsdPolicyConfig, lambda c, _rng: DsdPolicy(c)),
     "ucbspec": PolicySpec(UcbSpecPolicyConfig, lambda c, _rng: UcbSpecPolicy(c)),
     "exp3spec": PolicySpec(Exp3SpecPolicyConfig, lambda c, rng: Exp3SpecPolicy(c, rng)),
+    "cyclic": PolicySpec(CyclicPolicyConfig, lambda c, _rng: CyclicPolicy(c)),
 }
 
 

@@ -1,0 +1,77 @@
+"""Engine arguments that turn a vLLM engine into a Nightjar engine.
+
+>>> from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
+>>> kwargs = nightjar_engine_args(
+...     NightjarConfig(policy="nightjar", gamma_max=4),
+...     model="/models/target",
+...     speculative_config={"method": "draft_model", "model": "/models/draft"},
+... )
+>>> # vllm.LLM(**kwargs) or AsyncEngineArgs(**kwargs)
+
+The config is validated here, in the caller's process, before any vLLM
+process starts: a bad field raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
+
+SCHEDULER_CLS = "nightjar_ray.engine.scheduler.NightjarScheduler"
+CPU_WORKER_CLS = "nightjar_ray.engine.worker.NightjarCPUWorker"
+GPU_WORKER_CLS = "nightjar_ray.engine.worker.NightjarGPUWorker"
+SUPPORTED_METHODS = ("draft_model", "ngram")
+
+
+def _worker_cls() -> str:
+    from vllm.platforms import current_platform
+
+    return CPU_WORKER_CLS if current_platform.is_cpu() else GPU_WORKER_CLS
+
+
+def nightjar_engine_args(
+    config: NightjarConfig | dict[str, Any], **engine_kwargs: Any
+) -> dict[str, Any]:
+    """``engine_kwargs`` plus what Nightjar needs (scheduler, worker, config).
+
+    ``speculative_config["num_speculative_tokens"]`` is set to ``gamma_max``
+    (it sizes vLLM's buffers; the policy picks 0..gamma_max per step).
+    """
+    cfg = config if isinstance(config, NightjarConfig) else _validate(config)
+    spec = dict(engine_kwargs.pop("speculative_config", None) or {})
+    method = spec.get("method")
+    if method not in SUPPORTED_METHODS:
+        raise ValueError(
+            f"speculative_config.method must be one of {SUPPORTED_METHODS}, got {method!r}"
+        )
+    given = spec.setdefault("num_speculative_tokens", cfg.gamma_max)
+    if given != cfg.gamma_max:
+        raise ValueError(
+            f"speculative_config.num_speculative_tokens={given} must equal "
+            f"gamma_max={cfg.gamma_max}"
+        )
+    for key in ("scheduler_cls", "worker_cls"):
+        if key in engine_kwargs:
+            raise ValueError(f"{key} is set by nightjar_engine_args; do not pass it")
+    additional = dict(engine_kwargs.pop("additional_config", None) or {})
+    if ADDITIONAL_CONFIG_KEY in additional:
+        raise ValueError(f"additional_config.{ADDITIONAL_CONFIG_KEY} is reserved")
+    additional.update(cfg.to_additional_config())
+    return {
+        **engine_kwargs,
+        "speculative_config": spec,
+        "scheduler_cls": SCHEDULER_CLS,
+        "worker_cls": _worker_cls(),
+        "additional_config": additional,
+    }
+
+
+def _validate(raw: dict[str, Any]) -> NightjarConfig:
+    from pydantic import ValidationError
+
+    try:
+        return NightjarConfig.model_validate(raw)
+    except ValidationError as e:
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) or "<root>" for err in e.errors())
+        raise ValueError(f"invalid NightjarConfig (fields: {fields}): {e}") from e

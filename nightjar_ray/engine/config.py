@@ -1,0 +1,102 @@
+"""``NightjarConfig``: what the engine adapter needs, validated before vLLM starts.
+
+It travels inside vLLM's ``additional_config`` (key ``"nightjar"``) to the
+scheduler (engine-core process) and to every worker, which re-validate it
+(cheap) on their side. Importing this module does not import vLLM.
+
+>>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2}, gamma_max=3)
+>>> cfg.policy_config().gamma_max
+3
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nightjar_ray.policy import PolicyConfig, policy_config
+from nightjar_ray.policy.registry import load_switch_cost
+
+ADDITIONAL_CONFIG_KEY = "nightjar"
+
+DraftSyncMode = Literal["catch-up", "stock", "none"]
+BatchSizeRule = Literal["decode", "scheduled"]
+
+
+class NightjarConfig(BaseModel):
+    """Per-engine Nightjar settings (user-facing; unknown fields are errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str = Field("nightjar", description="Policy name (see nightjar_ray.policy).")
+    policy_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Policy parameters; gamma_max and switch_cost_profile are filled in.",
+    )
+    gamma_max: int = Field(
+        4,
+        ge=1,
+        le=16,
+        description="Largest speculative length (Gamma_max); vLLM's num_speculative_tokens.",
+    )
+    switch_cost_profile: str | None = Field(
+        None,
+        description=(
+            "C_switch(L_max, B) profile CSV written by `nightjar-ray profile-switch-cost` "
+            "(or builtin:NAME); used by the nightjar policy."
+        ),
+    )
+    draft_sync: DraftSyncMode = Field(
+        "catch-up",
+        description=(
+            "'catch-up': gamma=0 runs no draft forward, the draft KV is caught up when "
+            "speculation resumes (default). 'stock': vLLM's K=0, which still runs the draft "
+            "to keep its KV in sync. 'none': skip without catch-up (acceptance collapses; "
+            "a control for tests and benchmarks only)."
+        ),
+    )
+    batch_size_rule: BatchSizeRule = Field(
+        "decode",
+        description=(
+            "What counts toward B: 'decode' = requests verifying drafts this step "
+            "(default); 'scheduled' = every scheduled request, prefills included "
+            "(vLLM's dynamic-SD rule)."
+        ),
+    )
+    seed: int = Field(0, description="Seed of the policy's RNG.")
+    decision_log_path: str | None = Field(
+        None, description="If set, the scheduler appends one JSON line per step here."
+    )
+    log_interval_steps: int = Field(
+        0, ge=0, description="Log a decision summary every N steps at INFO (0 = never)."
+    )
+
+    @model_validator(mode="after")
+    def _check_policy(self) -> NightjarConfig:
+        self.policy_config()
+        if self.switch_cost_profile is not None:
+            load_switch_cost(self.switch_cost_profile, 0.0)
+        return self
+
+    def policy_config(self) -> PolicyConfig:
+        """The validated policy config; ``ValueError`` names the bad field."""
+        params = dict(self.policy_params)
+        given = params.setdefault("gamma_max", self.gamma_max)
+        if given != self.gamma_max:
+            raise ValueError(
+                f"policy_params.gamma_max={given} differs from gamma_max={self.gamma_max}"
+            )
+        if self.switch_cost_profile is not None and self.policy == "nightjar":
+            params.setdefault("switch_cost_profile", self.switch_cost_profile)
+        return policy_config(self.policy, params)
+
+    def to_additional_config(self) -> dict[str, Any]:
+        """The ``additional_config`` entry the scheduler and workers read back."""
+        return {ADDITIONAL_CONFIG_KEY: self.model_dump(mode="json")}
+
+    @classmethod
+    def from_additional_config(cls, additional_config: Any) -> NightjarConfig:
+        """Inverse of :meth:`to_additional_config`; defaults when absent."""
+        raw = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY) or {}
+        return cls.model_validate(raw)

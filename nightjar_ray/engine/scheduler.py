@@ -1,0 +1,119 @@
+"""vLLM V1 scheduler that asks a Nightjar policy for gamma every step.
+
+Pass it as the engine argument ``scheduler_cls`` (``nightjar_engine_args``
+does). vLLM's ``Scheduler.schedule()`` runs unchanged; just before it
+advances the requests (``_update_after_schedule``) we read the step, ask the
+policy, and set ``num_spec_tokens_to_schedule``. Hooking there (not after
+``schedule()`` returns) matters for async scheduling: vLLM's
+``AsyncScheduler`` sizes the next step's draft placeholders from that field
+inside ``_update_after_schedule``.
+
+With ``async_scheduling`` the class builds :class:`NightjarAsyncScheduler`
+(same logic on top of vLLM's ``AsyncScheduler``), so one ``scheduler_cls``
+serves both modes.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import IO, Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.lag import DraftLagTracker
+from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.policy import build_policy
+
+
+def _open_log(path: str | None) -> IO[str] | None:
+    return None if path is None else open(path, "a", buffering=1)  # noqa: SIM115
+
+
+class NightjarScheduler(Scheduler):
+    """Scheduler + per-step policy; see module docstring and docs/engine.md."""
+
+    def __new__(cls, vllm_config: Any, *args: Any, **kwargs: Any) -> NightjarScheduler:
+        if cls is NightjarScheduler and vllm_config.scheduler_config.async_scheduling:
+            cls = NightjarAsyncScheduler
+        return super().__new__(cls)
+
+    def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self.nightjar_config = NightjarConfig.from_additional_config(
+            vllm_config.additional_config
+        )
+        cfg = self.nightjar_config
+        policy = build_policy(cfg.policy, cfg.policy_config(), rng=random.Random(cfg.seed))
+        self.nightjar = Stepper(
+            policy,
+            gamma_cap=self.num_spec_tokens,
+            clock=time.perf_counter,
+            count_scheduled=cfg.batch_size_rule == "scheduled",
+            log_file=_open_log(cfg.decision_log_path),
+            log_interval_steps=cfg.log_interval_steps,
+        )
+        self._tracks_lag = cfg.draft_sync != "stock"
+        self.draft_lag = DraftLagTracker()
+        self._schedule_start_s = 0.0
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        self._schedule_start_s = time.perf_counter()
+        return super().schedule(*args, **kwargs)
+
+    def _update_after_schedule(self, scheduler_output: Any) -> None:
+        if self.num_spec_tokens > 0:
+            self._choose_gamma(scheduler_output)
+        super()._update_after_schedule(scheduler_output)
+
+    def _choose_gamma(self, out: Any) -> None:
+        """Coordinator: read the step, ask the policy, record draft lag."""
+        starts = {r: self.requests[r].num_computed_tokens for r in out.num_scheduled_tokens}
+        self.draft_lag.begin_step(
+            starts, out.finished_req_ids, out.scheduled_cached_reqs.resumed_req_ids
+        )
+        batch = self._step_batch(out, starts)
+        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s)
+        out.num_spec_tokens_to_schedule = gamma
+        if self._tracks_lag:
+            self.draft_lag.end_step(starts, draft_ran=gamma > 0)
+
+    def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
+        num_decode = num_sampling = 0
+        spec = out.scheduled_spec_decode_tokens
+        for req_id, num_new in out.num_scheduled_tokens.items():
+            request = self.requests[req_id]
+            end = starts[req_id] + num_new
+            if end >= request.num_tokens + request.num_output_placeholders:
+                num_sampling += 1
+                num_decode += num_new == 1 + len(spec.get(req_id, ()))
+        return StepBatch(
+            num_decode_reqs=num_decode,
+            num_sampling_reqs=num_sampling,
+            num_scheduled_reqs=len(out.num_scheduled_tokens),
+            max_skip_tokens=self.draft_lag.max_lag_tokens(starts),
+        )
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        if self.num_spec_tokens > 0:
+            self._observe(scheduler_output, model_runner_output)
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+    def _observe(self, out: Any, runner_output: Any) -> None:
+        sampled = runner_output.sampled_token_ids or []
+        num_tokens = sum(len(ids) for ids in sampled)
+        num_draft = num_accepted = 0
+        index = runner_output.req_id_to_index or {}
+        for req_id, drafts in out.scheduled_spec_decode_tokens.items():
+            i = index.get(req_id)
+            if i is None or i >= len(sampled) or not sampled[i]:
+                continue
+            num_draft += len(drafts)
+            num_accepted += min(len(sampled[i]) - 1, len(drafts))
+        self.nightjar.on_output(num_tokens, num_draft, num_accepted)
+
+
+class NightjarAsyncScheduler(NightjarScheduler, AsyncScheduler):
+    """The same scheduler on top of vLLM's ``AsyncScheduler``."""

@@ -1,0 +1,192 @@
+"""Per-step policy loop of the scheduler, free of vLLM types (pure Python).
+
+The vLLM scheduler subclass (``scheduler.py``) turns each ``SchedulerOutput``
+into a :class:`StepBatch`, asks :meth:`Stepper.on_schedule` for gamma, and
+reports each finished step to :meth:`Stepper.on_output`.
+
+What a step's gamma means in vLLM. ``num_spec_tokens_to_schedule`` of step t
+is the number of drafts the proposer makes at the *end* of step t; they are
+verified in step t+1. So step t's emitted tokens come from gamma_{t-1} while
+its time contains the verification of gamma_{t-1} drafts and the proposal of
+gamma_t drafts::
+
+    step t-1: verify(g_{t-2}) + propose(g_{t-1})
+    step t:   verify(g_{t-1}) + propose(g_t)      <- observed as gamma = g_{t-1}
+                                                     only if g_t == g_{t-1}
+
+A step is observed (``policy.observe``) only when g_t == g_{t-1}: then it is
+exactly one speculative iteration with that gamma. A transition step mixes
+two gammas and carries the catch-up; Eq. (4) charges switches through the
+C_switch table instead, so transition steps are logged, not learned from.
+Steps without a decoding request (pure prefill) are not observed either.
+
+Timing with async scheduling. vLLM's async scheduler schedules step t+1
+before step t's output is processed, so "end minus start" of one step would
+overlap its neighbour. The duration of step t is instead::
+
+    duration_t = end_t - max(end_{t-1}, start_t)
+
+where ``start_t`` is when ``schedule()`` began for step t and ``end_t`` when
+its output reached ``update_from_output``. With one step in flight (sync,
+the CPU case) this is the step's own wall time, scheduling included; with a
+full pipeline it is the interval between consecutive outputs, which is what
+each step adds to the wall clock; after an idle gap it starts at the
+schedule call, so idle time is never charged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+from nightjar_ray.policy import Policy, StepResult
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What the scheduler saw in one step, already reduced to counts."""
+
+    num_decode_reqs: int
+    """Requests verifying drafts / decoding one token this step."""
+    num_sampling_reqs: int
+    """Requests that sample a token this step (decodes + last prefill chunks)."""
+    num_scheduled_reqs: int
+    """Every scheduled request, partial prefills included (vLLM's count)."""
+    max_skip_tokens: int
+    """L_max: largest draft lag among the step's requests."""
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """One step's decision and, once finished, its outcome (the decision log)."""
+
+    step: int
+    num_reqs: int
+    max_skip_tokens: int
+    gamma: int
+    verified_gamma: int
+    consulted: bool
+    start_s: float
+    num_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    duration_s: float = 0.0
+    observed: bool = False
+
+
+class Stepper:
+    """Chooses gamma per step and feeds finished steps back to the policy."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        gamma_cap: int,
+        clock: Callable[[], float],
+        count_scheduled: bool = False,
+        log_file: IO[str] | None = None,
+        log_interval_steps: int = 0,
+        max_history: int = 4096,
+    ) -> None:
+        self.policy = policy
+        self._cap = min(gamma_cap, policy.gamma_max)
+        self._clock = clock
+        self._count_scheduled = count_scheduled
+        self._log_file = log_file
+        self._log_every = log_interval_steps
+        self._pending: deque[StepDecision] = deque()
+        self._last_end_s = float("-inf")
+        self._prev_gamma = 0
+        self._step = 0
+        self.history: deque[StepDecision] = deque(maxlen=max_history)
+        self.gamma_counts: Counter[int] = Counter()
+        self.num_observed = 0
+
+    def batch_size(self, batch: StepBatch) -> int:
+        """B for the policy (see docs/engine.md, "What counts toward B")."""
+        if self._count_scheduled:
+            return batch.num_scheduled_reqs
+        return batch.num_decode_reqs or batch.num_sampling_reqs
+
+    def on_schedule(self, batch: StepBatch, start_s: float) -> int:
+        """Gamma for the step just scheduled (``start_s``: when schedule() began)."""
+        num_reqs = self.batch_size(batch)
+        consulted = num_reqs > 0
+        gamma = self._prev_gamma
+        if consulted:
+            gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
+        decision = StepDecision(
+            step=self._step,
+            num_reqs=num_reqs if batch.num_decode_reqs else 0,
+            max_skip_tokens=batch.max_skip_tokens,
+            gamma=gamma,
+            verified_gamma=self._prev_gamma,
+            consulted=consulted,
+            start_s=start_s,
+        )
+        self._pending.append(decision)
+        self._step += 1
+        self._prev_gamma = gamma
+        self.gamma_counts[gamma] += 1
+        return gamma
+
+    def on_output(
+        self, num_tokens: int, num_draft_tokens: int, num_accepted_tokens: int
+    ) -> StepDecision:
+        """Close the oldest pending step; observe it if it is a clean sample."""
+        end_s = self._clock()
+        decision = self._pending.popleft()
+        duration = end_s - max(self._last_end_s, decision.start_s)
+        self._last_end_s = end_s
+        observe = (
+            decision.num_reqs > 0
+            and decision.gamma == decision.verified_gamma
+            and num_tokens > 0
+            and duration > 0.0
+        )
+        done = StepDecision(
+            **{
+                **asdict(decision),
+                "num_tokens": num_tokens,
+                "num_draft_tokens": num_draft_tokens,
+                "num_accepted_tokens": min(num_accepted_tokens, num_draft_tokens),
+                "duration_s": duration,
+                "observed": observe,
+            }
+        )
+        if observe:
+            self.policy.observe(
+                StepResult(
+                    done.num_reqs,
+                    done.verified_gamma,
+                    num_tokens,
+                    duration,
+                    done.num_draft_tokens,
+                    done.num_accepted_tokens,
+                )
+            )
+            self.num_observed += 1
+        self._record(done)
+        return done
+
+    def _record(self, done: StepDecision) -> None:
+        self.history.append(done)
+        if self._log_file is not None:
+            self._log_file.write(json.dumps(asdict(done)) + "\n")
+            self._log_file.flush()
+        if self._log_every and (done.step + 1) % self._log_every == 0:
+            logger.info("nightjar: %s", self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        """Counts of steps per gamma and observed steps so far."""
+        return {
+            "steps": self._step,
+            "observed": self.num_observed,
+            "gamma_counts": dict(sorted(self.gamma_counts.items())),
+        }
