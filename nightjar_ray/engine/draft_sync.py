@@ -110,9 +110,7 @@ class DraftSync:
         self.stats.num_draft_forwards += 1
 
     def _skips(self, num_spec_tokens: int) -> bool:
-        return (
-            num_spec_tokens == 0 and self._mode != "stock" and supports_true_skip(self._method)
-        )
+        return num_spec_tokens == 0 and self._mode != "stock" and supports_true_skip(self._method)
 
     def propose_draft_token_ids(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         """Replacement for ``GPUModelRunner.propose_draft_token_ids``."""
@@ -182,8 +180,13 @@ class DraftSync:
         batch = runner.input_batch
         device = runner.device
         rows = [batch.req_id_to_index[s.req_id] for s in chunk]
-        tokens = [batch.token_ids_cpu[r, s.start_pos : s.end_pos] for r, s in zip(rows, chunk)]
-        next_ids = [int(batch.token_ids_cpu[r, s.end_pos]) for r, s in zip(rows, chunk)]
+        tokens = [
+            batch.token_ids_cpu[r, s.start_pos : s.end_pos]
+            for r, s in zip(rows, chunk, strict=True)
+        ]
+        next_ids = [
+            int(batch.token_ids_cpu[r, s.end_pos]) for r, s in zip(rows, chunk, strict=True)
+        ]
         positions = torch.cat([torch.arange(s.start_pos, s.end_pos) for s in chunk])
         lens = torch.tensor([s.num_tokens for s in chunk], dtype=torch.int32)
         query_start_loc = torch.zeros(len(chunk) + 1, dtype=torch.int32)

@@ -29,7 +29,7 @@ from nightjar_ray.policy import build_policy
 
 
 def _open_log(path: str | None) -> IO[str] | None:
-    return None if path is None else open(path, "a", buffering=1)  # noqa: SIM115
+    return None if path is None else open(path, "a", buffering=1)
 
 
 class NightjarScheduler(Scheduler):
@@ -38,13 +38,12 @@ class NightjarScheduler(Scheduler):
     def __new__(cls, vllm_config: Any, *args: Any, **kwargs: Any) -> NightjarScheduler:
         if cls is NightjarScheduler and vllm_config.scheduler_config.async_scheduling:
             cls = NightjarAsyncScheduler
-        return super().__new__(cls)
+        instance: NightjarScheduler = super().__new__(cls)
+        return instance
 
     def __init__(self, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(vllm_config, *args, **kwargs)
-        self.nightjar_config = NightjarConfig.from_additional_config(
-            vllm_config.additional_config
-        )
+        self.nightjar_config = NightjarConfig.from_additional_config(vllm_config.additional_config)
         cfg = self.nightjar_config
         policy = build_policy(cfg.policy, cfg.policy_config(), rng=random.Random(cfg.seed))
         self.nightjar = Stepper(
