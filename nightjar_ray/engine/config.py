@@ -29,26 +29,26 @@ class NightjarConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: str = Field("nightjar", description="Policy name (see nightjar_ray.policy).")
+    policy: str = Field(default="nightjar", description="Policy name (see nightjar_ray.policy).")
     policy_params: dict[str, Any] = Field(
         default_factory=dict,
         description="Policy parameters; gamma_max and switch_cost_profile are filled in.",
     )
     gamma_max: int = Field(
-        4,
+        default=4,
         ge=1,
         le=16,
         description="Largest speculative length (Gamma_max); vLLM's num_speculative_tokens.",
     )
     switch_cost_profile: str | None = Field(
-        None,
+        default=None,
         description=(
             "C_switch(L_max, B) profile CSV written by `nightjar-ray profile-switch-cost` "
             "(or builtin:NAME); used by the nightjar policy."
         ),
     )
     draft_sync: DraftSyncMode = Field(
-        "catch-up",
+        default="catch-up",
         description=(
             "'catch-up': gamma=0 runs no draft forward, the draft KV is caught up when "
             "speculation resumes (default). 'stock': vLLM's K=0, which still runs the draft "
@@ -57,26 +57,29 @@ class NightjarConfig(BaseModel):
         ),
     )
     batch_size_rule: BatchSizeRule = Field(
-        "decode",
+        default="decode",
         description=(
             "What counts toward B: 'decode' = requests verifying drafts this step "
             "(default); 'scheduled' = every scheduled request, prefills included "
             "(vLLM's dynamic-SD rule)."
         ),
     )
-    seed: int = Field(0, description="Seed of the policy's RNG.")
+    seed: int = Field(default=0, description="Seed of the policy's RNG.")
     decision_log_path: str | None = Field(
-        None, description="If set, the scheduler appends one JSON line per step here."
+        default=None, description="If set, the scheduler appends one JSON line per step here."
     )
     log_interval_steps: int = Field(
-        0, ge=0, description="Log a decision summary every N steps at INFO (0 = never)."
+        default=0, ge=0, description="Log a decision summary every N steps at INFO (0 = never)."
     )
 
     @model_validator(mode="after")
     def _check_policy(self) -> NightjarConfig:
         self.policy_config()
         if self.switch_cost_profile is not None:
-            load_switch_cost(self.switch_cost_profile, 0.0)
+            try:
+                load_switch_cost(self.switch_cost_profile, 0.0)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"switch_cost_profile: {e}") from e
         return self
 
     def policy_config(self) -> PolicyConfig:

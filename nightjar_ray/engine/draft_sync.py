@@ -129,9 +129,8 @@ class DraftSync:
         else:
             if self._mode == "catch-up" and self._method == "draft_model":
                 spans = self._lag.spans(starts)
-                t0 = self._clock()
-                self._catch_up(spans, args[1], args[6])
-                catch_up_s = self._clock() - t0 if spans else 0.0
+                if spans:
+                    catch_up_s = self._timed_catch_up(spans, args[1], args[6])
             result = self._stock_propose(scheduler_output, *args, **kwargs)
         self._lag.end_step(starts, draft_ran=not self._skips(k))
         self.stats.record(
@@ -167,6 +166,19 @@ class DraftSync:
             )
             runner._copy_valid_sampled_token_count(next_ids, valid_counts)
         return torch.empty((num_reqs, 0), dtype=torch.int64, device=runner.device)
+
+    def _timed_catch_up(self, spans: list[CatchUpSpan], sampling_metadata: Any, cad: Any) -> float:
+        """Run the catch-up; its wall time in seconds (device synchronized)."""
+        self._sync_device()
+        t0 = self._clock()
+        self._catch_up(spans, sampling_metadata, cad)
+        self._sync_device()
+        return self._clock() - t0
+
+    def _sync_device(self) -> None:
+        # NOTE: only on switch steps; without it a GPU catch-up would time its launch.
+        if self._runner.device.type == "cuda":
+            torch.cuda.synchronize(self._runner.device)
 
     def _catch_up(self, spans: list[CatchUpSpan], sampling_metadata: Any, cad: Any) -> None:
         """Draft-only forwards over ``spans``, in chunks the drafter's buffers hold."""

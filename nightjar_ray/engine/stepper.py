@@ -68,6 +68,9 @@ class StepDecision:
 
     step: int
     num_reqs: int
+    """B handed to the policy (0 when it was not consulted)."""
+    num_decode_reqs: int
+    num_scheduled_reqs: int
     max_skip_tokens: int
     gamma: int
     verified_gamma: int
@@ -123,7 +126,9 @@ class Stepper:
             gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
         decision = StepDecision(
             step=self._step,
-            num_reqs=num_reqs if batch.num_decode_reqs else 0,
+            num_reqs=num_reqs,
+            num_decode_reqs=batch.num_decode_reqs,
+            num_scheduled_reqs=batch.num_scheduled_reqs,
             max_skip_tokens=batch.max_skip_tokens,
             gamma=gamma,
             verified_gamma=self._prev_gamma,
@@ -145,7 +150,7 @@ class Stepper:
         duration = end_s - max(self._last_end_s, decision.start_s)
         self._last_end_s = end_s
         observe = (
-            decision.num_reqs > 0
+            decision.num_decode_reqs > 0
             and decision.gamma == decision.verified_gamma
             and num_tokens > 0
             and duration > 0.0

@@ -1,0 +1,167 @@
+"""Engine benchmarks (docs/benchmarks.md, section "Engine"), one run, side by side.
+
+    python loadtest/bench_engine.py --out docs/bench-engine.json
+
+Three parts, all on the generated pair (s=0.05 recipe, 79M target, 1-layer
+draft, bf16), greedy, ``--max-tokens`` output tokens per request, random
+token prompts of ``--prompt-tokens``:
+
+1. overhead: vLLM's stock scheduler with num_speculative_tokens=g versus the
+   Nightjar scheduler with policy ``fixed`` (gamma=g) and ``draft_sync=stock``
+   (same worker work), both engines alive, runs interleaved.
+2. skip: gamma=0 via Nightjar ``off`` with the true skip (``catch-up``) versus
+   vLLM's K=0 (``stock``: draft forward kept), plus plain decoding (no SD),
+   interleaved, batches 1/16/48.
+3. e2e: offline batches 1, 4, 16, 48 for ``off``, ``fixed`` 1..4,
+   ``vllm-static`` and ``nightjar``; nightjar first runs ``--warmup-rounds``
+   passes of the mixed sequence (reported as warm-up), then the measured
+   rounds, exactly like every static policy.
+
+Throughput ratios come from the same run; CPU timing is noisy (a few %).
+Each run is preceded by a short pause (``--settle-s``): an idle vLLM worker
+busy-polls for about a second after its last step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from nightjar_ray.engine import NightjarConfig
+from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batch
+from nightjar_ray.models.pair import ModelPair, PairSpec, generate_pair
+
+BATCHES = (1, 4, 16, 48)
+SKIP_BATCHES = (1, 16, 48)
+E2E_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("off", "off", {}),
+    ("fixed g=1", "fixed", {"gamma": 1}),
+    ("fixed g=2", "fixed", {"gamma": 2}),
+    ("fixed g=3", "fixed", {"gamma": 3}),
+    ("fixed g=4", "fixed", {"gamma": 4}),
+    ("vllm-static", "vllm-static", {}),
+    ("nightjar", "nightjar", {}),
+)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="docs/bench-engine.json")
+    p.add_argument("--pair-dir", default=str(Path.home() / ".cache/nightjar-ray/pairs/bench-s0.05"))
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=4, help="Measured rounds (median).")
+    p.add_argument("--settle-s", type=float, default=2.0, help="Pause before each run.")
+    p.add_argument("--warmup-rounds", type=int, default=2, help="Nightjar warm-up passes.")
+    p.add_argument("--overhead-gamma", type=int, default=2)
+    p.add_argument("--overhead-batch", type=int, default=16)
+    p.add_argument("--profile", default=None, help="C_switch CSV for the nightjar policy.")
+    p.add_argument("--parts", default="overhead,skip,e2e")
+    return p.parse_args()
+
+
+def prompts_for(batch: int, args: argparse.Namespace, seed: int) -> list[list[int]]:
+    return random_prompts(batch, args.prompt_tokens, 2048, seed)
+
+
+def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int) -> float:
+    return run_batch(llm, prompts_for(batch, args, seed), args.max_tokens).tokens_per_s
+
+
+def interleaved(
+    pair: ModelPair, engines: dict[str, dict[str, Any]], batches: tuple[int, ...], args: Any
+) -> dict[str, dict[int, float]]:
+    """Median tokens/s per engine and batch, engines alive together, runs interleaved."""
+    from contextlib import ExitStack
+
+    samples: dict[str, dict[int, list[float]]] = {n: {b: [] for b in batches} for n in engines}
+    with ExitStack() as stack:
+        llms = {n: stack.enter_context(offline_engine(pair, **kw)) for n, kw in engines.items()}
+        for name, llm in llms.items():
+            tps(llm, batches[-1], args, seed=99)  # warm-up: shapes, kernels
+            print(f"warm: {name}", flush=True)
+        for r in range(args.rounds):
+            order = list(llms.items())
+            for b in batches:
+                for name, llm in order if r % 2 == 0 else order[::-1]:
+                    # NOTE: an idle vLLM worker busy-polls for ~1 s after its last
+                    # step; settle so it does not steal a core from the next engine.
+                    time.sleep(args.settle_s)
+                    samples[name][b].append(tps(llm, b, args, seed=r))
+    return {n: {b: statistics.median(v) for b, v in per.items()} for n, per in samples.items()}
+
+
+def bench_overhead(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
+    g = args.overhead_gamma
+    engines = {
+        "stock": {"stock_gamma": g},
+        "nightjar": {
+            "nightjar": NightjarConfig(
+                policy="fixed", policy_params={"gamma": g}, gamma_max=g, draft_sync="stock"
+            )
+        },
+    }
+    res = interleaved(pair, engines, (args.overhead_batch,), args)
+    b = args.overhead_batch
+    return {"gamma": g, "batch": b, **res, "time_ratio": res["stock"][b] / res["nightjar"][b]}
+
+
+def bench_skip(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
+    def off(sync: str) -> dict[str, Any]:
+        return {"nightjar": NightjarConfig(policy="off", gamma_max=4, draft_sync=sync)}
+
+    engines = {"plain": {}, "true-skip": off("catch-up"), "stock-k0": off("stock")}
+    res = interleaved(pair, engines, SKIP_BATCHES, args)
+    ratios = {b: res["stock-k0"][b] / res["true-skip"][b] for b in SKIP_BATCHES}
+    return {**res, "step_time_ratio_true_skip_over_stock_k0": ratios}
+
+
+def run_policy(pair: ModelPair, name: str, params: dict[str, Any], args: Any) -> dict[str, Any]:
+    cfg = NightjarConfig(
+        policy=name,
+        policy_params=params,
+        gamma_max=4,
+        switch_cost_profile=args.profile if name == "nightjar" else None,
+    )
+    warm = args.warmup_rounds if name == "nightjar" else 0
+    per: dict[int, list[float]] = {b: [] for b in BATCHES}
+    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
+    with offline_engine(pair, cfg, max_num_seqs=64) as llm:
+        tps(llm, 4, args, seed=99)  # engine warm-up, not policy learning
+        for r in range(warm + args.rounds):
+            for b in BATCHES:
+                time.sleep(args.settle_s)
+                (warmup if r < warm else per)[b].append(tps(llm, b, args, seed=r))
+    out: dict[str, Any] = {"tokens_per_s": {b: statistics.median(v) for b, v in per.items()}}
+    if warm:
+        out["warmup_tokens_per_s"] = {b: statistics.mean(v) for b, v in warmup.items()}
+    return out
+
+
+def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
+    res = {}
+    for label, name, params in E2E_POLICIES:
+        res[label] = run_policy(pair, name, params, args)
+        print(label, res[label], flush=True)
+    return res
+
+
+def main() -> None:
+    args = parse_args()
+    pair = generate_pair(args.pair_dir, PairSpec(residual_scale=0.05))
+    parts = set(args.parts.split(","))
+    out: dict[str, Any] = {"args": vars(args)}
+    out_path = Path(args.out)
+    for part, fn in (("overhead", bench_overhead), ("skip", bench_skip), ("e2e", bench_e2e)):
+        if part in parts:
+            out[part] = fn(pair, args)
+            print(part, json.dumps(out[part], indent=1), flush=True)
+            out_path.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

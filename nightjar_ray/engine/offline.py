@@ -1,0 +1,146 @@
+"""Offline vLLM engines for tests, benchmarks and the profiler.
+
+One place that knows how to start a (CPU-friendly) ``vllm.LLM`` on a
+generated pair, with or without Nightjar, run a batch, read the
+speculative-decoding counters and shut the engine down again::
+
+    with offline_engine(pair, NightjarConfig(policy="fixed", ...)) as llm:
+        run = run_batch(llm, prompts, max_tokens=64)
+        run.tokens_per_s, spec_counters(llm).acceptance_rate
+
+Scripts that start engines need the ``if __name__ == "__main__":`` guard
+(vLLM spawns its engine-core process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from nightjar_ray.engine.args import nightjar_engine_args
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.models.pair import ModelPair
+
+CPU_DEFAULTS: dict[str, Any] = {
+    "enforce_eager": True,
+    "gpu_memory_utilization": 0.3,
+    "kv_cache_memory_bytes": 1 << 30,
+    "disable_log_stats": False,
+    "seed": 0,
+    "max_model_len": 1024,
+}
+"""Engine defaults on the 2-core CPU machines (eager: startup in ~20 s)."""
+
+
+def engine_kwargs(
+    pair: ModelPair,
+    nightjar: NightjarConfig | None,
+    *,
+    method: str = "draft_model",
+    stock_gamma: int | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    """``vllm.LLM`` kwargs: plain (``nightjar=None, stock_gamma=None``), stock
+    vLLM SD at ``stock_gamma``, or Nightjar."""
+    kwargs = {**CPU_DEFAULTS, **overrides, "model": str(pair.target_dir)}
+    spec: dict[str, Any] = {"method": method}
+    if method == "draft_model":
+        spec["model"] = str(pair.draft_dir)
+    elif method == "ngram":
+        spec.update(prompt_lookup_max=3, prompt_lookup_min=1)
+    if nightjar is not None:
+        return nightjar_engine_args(nightjar, speculative_config=spec, **kwargs)
+    if stock_gamma is not None:
+        kwargs["speculative_config"] = {**spec, "num_speculative_tokens": stock_gamma}
+    return kwargs
+
+
+@contextmanager
+def offline_engine(
+    pair: ModelPair, nightjar: NightjarConfig | None = None, **kwargs: Any
+) -> Iterator[Any]:
+    """A started ``vllm.LLM``, shut down on exit (frees its processes)."""
+    from vllm import LLM
+
+    llm = LLM(**engine_kwargs(pair, nightjar, **kwargs))
+    try:
+        yield llm
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """Outputs and wall time of one offline batch."""
+
+    token_ids: list[list[int]]
+    duration_s: float
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t) for t in self.token_ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_tokens / self.duration_s
+
+
+def run_batch(llm: Any, prompts: Sequence[list[int]], max_tokens: int) -> BatchRun:
+    """Greedy generation of ``max_tokens`` per prompt (token-id prompts)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    inputs: Any = [{"prompt_token_ids": list(p)} for p in prompts]
+    t0 = time.perf_counter()
+    outs = llm.generate(inputs, params, use_tqdm=False)
+    duration = time.perf_counter() - t0
+    return BatchRun([list(o.outputs[0].token_ids) for o in outs], duration)
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """vLLM's cumulative speculative-decoding counters."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    def __sub__(self, other: SpecCounters) -> SpecCounters:
+        return SpecCounters(
+            self.num_drafts - other.num_drafts,
+            self.num_draft_tokens - other.num_draft_tokens,
+            self.num_accepted_tokens - other.num_accepted_tokens,
+        )
+
+
+def spec_counters(llm: Any) -> SpecCounters:
+    """Read ``vllm:spec_decode_*`` counters (needs ``disable_log_stats=False``)."""
+    values = {m.name: getattr(m, "value", 0) for m in llm.get_metrics()}
+    return SpecCounters(
+        int(values.get("vllm:spec_decode_num_drafts", 0)),
+        int(values.get("vllm:spec_decode_num_draft_tokens", 0)),
+        int(values.get("vllm:spec_decode_num_accepted_tokens", 0)),
+    )
+
+
+def draft_stats(llm: Any) -> dict[str, Any]:
+    """The first worker's :class:`DraftSyncStats` as JSON."""
+    stats: dict[str, Any] = llm.collective_rpc("nightjar_draft_stats")[0]
+    return stats
+
+
+def random_prompts(
+    num_prompts: int, num_tokens: int, vocab_size: int, seed: int
+) -> list[list[int]]:
+    """Distinct random token-id prompts (no shared prefix, so no cache hits)."""
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(2, vocab_size) for _ in range(num_tokens)] for _ in range(num_prompts)]

@@ -1,0 +1,71 @@
+"""NightjarConfig and nightjar_engine_args reject bad input before vLLM starts."""
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
+from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY
+
+SPEC = {"method": "draft_model", "model": "/models/draft"}
+
+
+def args(config: object, **kw: object) -> dict[str, object]:
+    return nightjar_engine_args(config, model="/models/target", **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"gamma_max": 0}, "gamma_max"),
+        ({"gamma_max": 99}, "gamma_max"),
+        ({"policy": "nope"}, "nope"),
+        ({"policy": "fixed", "policy_params": {"gamma": 7}}, "gamma"),
+        ({"policy": "nightjar", "policy_params": {"bucketing": "x"}}, "bucketing"),
+        ({"policy_params": {"gamma_max": 2}}, "gamma_max"),
+        ({"draft_sync": "sometimes"}, "draft_sync"),
+        ({"batch_size_rule": "all"}, "batch_size_rule"),
+        ({"log_interval_steps": -1}, "log_interval_steps"),
+        ({"unknown_knob": 1}, "unknown_knob"),
+        ({"switch_cost_profile": "/nonexistent/profile.csv"}, "profile.csv"),
+    ],
+)
+def test_invalid_config_fails_naming_the_field(raw: dict[str, object], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        args(raw, speculative_config=SPEC)
+    with pytest.raises((ValidationError, ValueError), match=field):
+        NightjarConfig.model_validate(raw)
+
+
+def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
+    profile = tmp_path / "c.csv"
+    profile.write_text("max_skip_tokens,num_reqs,switch_cost_ms\n16,1,1.0\n")
+    cfg = NightjarConfig(policy="nightjar", gamma_max=3, switch_cost_profile=str(profile))
+    kw = args(cfg, speculative_config=SPEC, additional_config={"other": 1})
+    assert kw["scheduler_cls"] == "nightjar_ray.engine.scheduler.NightjarScheduler"
+    assert str(kw["worker_cls"]).startswith("nightjar_ray.engine.worker.Nightjar")
+    assert kw["speculative_config"] == {**SPEC, "num_speculative_tokens": 3}
+    extra = kw["additional_config"]
+    assert isinstance(extra, dict) and extra["other"] == 1
+    assert NightjarConfig.from_additional_config(extra) == cfg
+    policy_cfg = cfg.policy_config()
+    assert policy_cfg.gamma_max == 3
+    assert policy_cfg.switch_cost_profile == str(profile)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"speculative_config": {"method": "eagle"}}, "method"),
+        ({"speculative_config": {**SPEC, "num_speculative_tokens": 2}}, "num_speculative_tokens"),
+        ({"speculative_config": SPEC, "scheduler_cls": "x.Y"}, "scheduler_cls"),
+        (
+            {"speculative_config": SPEC, "additional_config": {ADDITIONAL_CONFIG_KEY: {}}},
+            "reserved",
+        ),
+    ],
+)
+def test_engine_args_reject_conflicts(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        args(NightjarConfig(), **kw)

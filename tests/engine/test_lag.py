@@ -1,0 +1,44 @@
+"""DraftLagTracker: which draft KV positions a true gamma=0 leaves missing."""
+
+from nightjar_ray.engine.lag import CatchUpSpan, DraftLagTracker
+
+
+def test_skipped_steps_accumulate_lag_and_resume_clears_it() -> None:
+    lag = DraftLagTracker()
+    lag.begin_step({"a": 0})
+    lag.end_step({"a": 0}, draft_ran=False)  # prefill of 10 tokens skipped
+    lag.begin_step({"a": 10})
+    assert lag.lag_tokens("a", 10) == 10
+    lag.end_step({"a": 10}, draft_ran=False)  # one decode skipped
+    assert lag.spans({"a": 11}) == [CatchUpSpan("a", 0, 11)]
+    assert lag.max_lag_tokens({"a": 11}) == 11
+    lag.end_step({"a": 11}, draft_ran=True)
+    assert lag.spans({"a": 12}) == [] and lag.max_lag_tokens({"a": 12}) == 0
+
+
+def test_in_sync_requests_do_not_lag() -> None:
+    lag = DraftLagTracker()
+    lag.begin_step({"a": 0, "b": 0})
+    lag.end_step({"a": 0, "b": 0}, draft_ran=True)
+    lag.begin_step({"a": 5, "b": 7})
+    lag.end_step({"a": 5, "b": 7}, draft_ran=False)
+    lag.begin_step({"a": 6, "b": 8})
+    assert lag.spans({"a": 6, "b": 8}) == [CatchUpSpan("a", 5, 6), CatchUpSpan("b", 7, 8)]
+
+
+def test_prefix_cache_hit_is_stale_from_zero_and_finish_forgets() -> None:
+    lag = DraftLagTracker()
+    lag.begin_step({"a": 32})  # new request with 32 cached tokens
+    assert lag.lag_tokens("a", 32) == 32
+    lag.begin_step({}, finished_req_ids=["a"])
+    assert lag.num_stale == 0
+    lag.begin_step({"a": 0})  # same id again: a new request
+    assert lag.lag_tokens("a", 0) == 0
+
+
+def test_resumed_request_is_treated_as_new() -> None:
+    lag = DraftLagTracker()
+    lag.begin_step({"a": 0})
+    lag.end_step({"a": 0}, draft_ran=False)
+    lag.begin_step({"a": 16}, resumed_req_ids=["a"])  # recomputed after preemption
+    assert lag.spans({"a": 16}) == [CatchUpSpan("a", 0, 16)]

@@ -1,0 +1,122 @@
+"""Stepper: B, gamma attribution, observation rule and async-safe step timing."""
+
+import random
+
+from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.policy import Policy, StepResult, build_policy
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder:
+    """Wraps a policy and records what it is asked and told."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.chosen: list[tuple[int, int]] = []
+        self.observed: list[StepResult] = []
+
+    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        self.chosen.append((num_reqs, max_skip_tokens))
+        return self.policy.choose(num_reqs, max_skip_tokens)
+
+    def observe(self, result: StepResult) -> None:
+        self.observed.append(result)
+        self.policy.observe(result)
+
+    @property
+    def gamma_max(self) -> int:
+        return self.policy.gamma_max
+
+
+def make(name: str, params: dict[str, object], **kw: object) -> tuple[Stepper, Recorder, FakeClock]:
+    rec = Recorder(build_policy(name, params, rng=random.Random(0)))
+    clock = FakeClock()
+    stepper = Stepper(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
+    return stepper, rec, clock
+
+
+def decode(n: int, skip: int = 0, prefills: int = 0) -> StepBatch:
+    return StepBatch(n, n, n + prefills, skip)
+
+
+def test_batch_size_counts_decodes_not_prefills() -> None:
+    stepper, rec, _ = make("fixed", {"gamma": 2, "gamma_max": 4})
+    stepper.on_schedule(decode(4, prefills=3), 0.0)
+    assert rec.chosen == [(4, 0)]
+    stepper.on_schedule(StepBatch(0, 2, 5, 7), 0.0)  # only prefills: those that sample
+    assert rec.chosen[-1] == (2, 7)
+    scheduled, rec2, _ = make("fixed", {"gamma": 2, "gamma_max": 4}, count_scheduled=True)
+    scheduled.on_schedule(decode(4, prefills=3), 0.0)
+    assert rec2.chosen == [(7, 0)]
+
+
+def test_no_sampling_request_keeps_previous_gamma_without_asking() -> None:
+    stepper, rec, _ = make("cyclic", {"gammas": [3, 0], "steps_per_gamma": 1, "gamma_max": 4})
+    assert stepper.on_schedule(decode(2), 0.0) == 3
+    assert stepper.on_schedule(StepBatch(0, 0, 1, 0), 0.0) == 3
+    assert len(rec.chosen) == 1
+
+
+def test_only_steady_steps_are_observed_with_the_verified_gamma() -> None:
+    stepper, rec, clock = make("cyclic", {"gammas": [0, 3], "steps_per_gamma": 2, "gamma_max": 4})
+    gammas = []
+    for _t in range(6):
+        gammas.append(stepper.on_schedule(decode(2), clock.now))
+        clock.now += 0.01
+        stepper.on_output(num_tokens=2, num_draft_tokens=0, num_accepted_tokens=0)
+    assert gammas == [0, 0, 3, 3, 0, 0]
+    # steps 0 (prev 0 == 0), 1, 3, 5 are steady; 2 and 4 are transitions
+    assert [r.gamma for r in rec.observed] == [0, 0, 3, 0]
+    assert [d.observed for d in stepper.history] == [True, True, False, True, False, True]
+
+
+def test_sync_duration_is_the_step_wall_time() -> None:
+    stepper, rec, clock = make("fixed", {"gamma": 1, "gamma_max": 4})
+    clock.now = 1.0
+    stepper.on_schedule(decode(1), 1.0)
+    clock.now = 1.5
+    stepper.on_output(2, 1, 1)
+    clock.now = 3.0  # idle time between steps is not charged
+    stepper.on_schedule(decode(1), 3.0)
+    clock.now = 3.25
+    done = stepper.on_output(2, 1, 1)
+    assert done.duration_s == 0.25
+    assert rec.observed[-1].duration_s == 0.25
+
+
+def test_async_duration_is_the_interval_between_outputs() -> None:
+    stepper, _, clock = make("fixed", {"gamma": 1, "gamma_max": 4})
+    stepper.on_schedule(decode(1), 0.0)  # step 0 scheduled at t=0
+    stepper.on_schedule(decode(1), 0.1)  # step 1 scheduled before step 0 finished
+    clock.now = 1.0
+    first = stepper.on_output(2, 1, 1)
+    stepper.on_schedule(decode(1), 1.05)
+    clock.now = 2.0
+    second = stepper.on_output(2, 1, 1)
+    clock.now = 3.0
+    third = stepper.on_output(2, 1, 1)
+    assert (first.duration_s, second.duration_s, third.duration_s) == (1.0, 1.0, 1.0)
+    assert [d.step for d in stepper.history] == [0, 1, 2]
+
+
+def test_decision_log_has_one_json_line_per_step(tmp_path: object) -> None:
+    import io
+    import json
+
+    buf = io.StringIO()
+    stepper, _, clock = make("fixed", {"gamma": 2, "gamma_max": 4}, log_file=buf)
+    for _ in range(3):
+        stepper.on_schedule(decode(3, skip=5), clock.now)
+        clock.now += 0.1
+        stepper.on_output(9, 6, 4)
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [line["gamma"] for line in lines] == [2, 2, 2]
+    assert lines[1]["num_reqs"] == 3 and lines[1]["max_skip_tokens"] == 5
+    assert lines[1]["num_accepted_tokens"] == 4 and lines[1]["observed"]
