@@ -22,6 +22,8 @@ arrives, so a pessimistic alpha is never corrected. This is deliberate.
 
 from __future__ import annotations
 
+from typing import Any
+
 from nightjar_ray.policy.base import Policy, StepResult, validate_context, validate_result
 from nightjar_ray.policy.config import DsdPolicyConfig
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
@@ -46,7 +48,7 @@ def expected_tokens(num_reqs: int, gamma: int, alpha: float) -> float:
 def solve_linear(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
     """Solve ``matrix @ x = rhs`` by Gaussian elimination; ``None`` if singular."""
     n = len(rhs)
-    a = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    a = [[*row, rhs[i]] for i, row in enumerate(matrix)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
         if abs(a[pivot][col]) < 1e-300:
@@ -160,9 +162,9 @@ class DsdPolicy(Policy):
         self._acceptance.load(stats.tables.get(ACCEPTANCE_TABLE, {}))
         self._theta = None
 
-    def local_state(self) -> dict[str, int]:
+    def local_state(self) -> dict[str, Any]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override]
+    def load_local_state(self, state: dict[str, Any]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))
         self._theta = None

@@ -21,6 +21,7 @@ context-free: the batch size is ignored (the paper's criticism, §1).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_context, validate_result
 from nightjar_ray.policy.config import UcbSpecPolicyConfig
@@ -89,8 +90,8 @@ class UcbSpecPolicy(Policy):
         self._goodput.load(stats.tables.get(GOODPUT_TABLE, {}))
         self._max_goodput = stats.maxima.get(MAX_GOODPUT, 0.0)
 
-    def local_state(self) -> dict[str, int]:
+    def local_state(self) -> dict[str, Any]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override]
+    def load_local_state(self, state: dict[str, Any]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))
