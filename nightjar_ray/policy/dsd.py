@@ -156,8 +156,7 @@ class DsdPolicy(Policy):
         )
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._step_time.load(stats.tables.get(STEP_TIME_TABLE, {}))
         self._acceptance.load(stats.tables.get(ACCEPTANCE_TABLE, {}))
         self._theta = None

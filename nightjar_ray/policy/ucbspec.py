@@ -85,8 +85,7 @@ class UcbSpecPolicy(Policy):
         )
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._goodput.load(stats.tables.get(GOODPUT_TABLE, {}))
         self._max_goodput = stats.maxima.get(MAX_GOODPUT, 0.0)
 
