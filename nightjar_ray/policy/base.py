@@ -120,6 +120,11 @@ class Policy(ABC):
     def load_stats(self, stats: PolicyStats) -> None:
         """Replace the learned statistics with ``stats`` (e.g. pooled ones)."""
 
+    def check_stats_owner(self, stats: PolicyStats) -> None:
+        """Raise ``ValueError`` unless ``stats`` were exported by a policy of this name."""
+        if stats.policy != self.name:
+            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+
     def local_state(self) -> dict[str, Any]:
         """JSON-able schedule state that is local to this instance (not pooled)."""
         return {}

@@ -22,6 +22,8 @@ arrives, so a pessimistic alpha is never corrected. This is deliberate.
 
 from __future__ import annotations
 
+from typing import Any
+
 from nightjar_ray.policy.base import Policy, StepResult, validate_context, validate_result
 from nightjar_ray.policy.config import DsdPolicyConfig
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
@@ -154,15 +156,14 @@ class DsdPolicy(Policy):
         )
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._step_time.load(stats.tables.get(STEP_TIME_TABLE, {}))
         self._acceptance.load(stats.tables.get(ACCEPTANCE_TABLE, {}))
         self._theta = None
 
-    def local_state(self) -> dict[str, int]:
+    def local_state(self) -> dict[str, Any]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override, unused-ignore]
+    def load_local_state(self, state: dict[str, Any]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))
         self._theta = None

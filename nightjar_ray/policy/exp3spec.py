@@ -94,7 +94,6 @@ class Exp3SpecPolicy(Policy):
         )
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._loss.load(stats.tables.get(LOSS_TABLE, {}))
         self._max_goodput = stats.maxima.get(MAX_GOODPUT, 0.0)

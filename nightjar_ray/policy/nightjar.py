@@ -156,8 +156,7 @@ class NightjarPolicy(Policy):
         return PolicyStats(self.name, {LATENCY_TABLE: self._table.export()})
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
 
     def local_state(self) -> dict[str, Any]:

@@ -28,8 +28,7 @@ class _StatelessPolicy(Policy):
         return PolicyStats(self.name)
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
 
 
 class FixedPolicy(_StatelessPolicy):

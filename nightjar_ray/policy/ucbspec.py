@@ -21,6 +21,7 @@ context-free: the batch size is ignored (the paper's criticism, §1).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_context, validate_result
 from nightjar_ray.policy.config import UcbSpecPolicyConfig
@@ -84,13 +85,12 @@ class UcbSpecPolicy(Policy):
         )
 
     def load_stats(self, stats: PolicyStats) -> None:
-        if stats.policy != self.name:
-            raise ValueError(f"stats are for {stats.policy!r}, not {self.name!r}")
+        self.check_stats_owner(stats)
         self._goodput.load(stats.tables.get(GOODPUT_TABLE, {}))
         self._max_goodput = stats.maxima.get(MAX_GOODPUT, 0.0)
 
-    def local_state(self) -> dict[str, int]:
+    def local_state(self) -> dict[str, Any]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override, unused-ignore]
+    def load_local_state(self, state: dict[str, Any]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))

@@ -1,0 +1,151 @@
+"""Pooled statistics: snapshot/restore round-trips and exact merging across replicas."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from nightjar_ray.policy import Policy, PolicyStats, StepResult, build_policy, policy_names
+
+LEARNING = ("nightjar", "dsd", "ucbspec")
+
+
+def _results(seed: int, n: int, gamma_max: int = 4) -> list[StepResult]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        b, g = rng.choice((1, 3, 8, 16)), rng.randint(0, gamma_max)
+        accepted = rng.randint(0, b * g)
+        out.append(StepResult(b, g, b + accepted, rng.uniform(0.005, 0.05), b * g, accepted))
+    return out
+
+
+def _assert_stats_equal(a: PolicyStats, b: PolicyStats) -> None:
+    assert a.policy == b.policy
+    assert set(a.tables) == set(b.tables)
+    for name in a.tables:
+        assert set(a.tables[name]) == set(b.tables[name]), name
+        for cell, (n, m) in a.tables[name].items():
+            n2, m2 = b.tables[name][cell]
+            assert n == pytest.approx(n2) and m == pytest.approx(m2, rel=1e-9), (name, cell)
+    assert dict(a.maxima) == pytest.approx(dict(b.maxima))
+
+
+def _drive(policy: Policy, steps: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    gammas = []
+    for _ in range(steps):
+        b = rng.choice((1, 2, 8))
+        g = policy.choose(b, rng.randint(0, 64))
+        policy.observe(StepResult(b, g, b + g, 0.01 + 0.002 * g * b, b * g, g))
+        gammas.append(g)
+    return gammas
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_snapshot_restore_round_trip_continues_identically(name: str) -> None:
+    params = {"gamma": 2} if name == "fixed" else {}
+    rng_original, rng_clone = random.Random(5), random.Random(77)
+    original = build_policy(name, params, rng=rng_original)
+    _drive(original, 500, seed=1)
+    snap = json.loads(json.dumps(original.snapshot()))  # survives JSON
+    clone = build_policy(name, params, rng=rng_clone)
+    clone.restore(snap)
+    assert clone.snapshot() == original.snapshot()
+    # same state + same RNG stream -> same future decisions
+    rng_clone.setstate(rng_original.getstate())
+    assert _drive(original, 300, seed=2) == _drive(clone, 300, seed=2)
+
+
+@pytest.mark.parametrize("name", LEARNING)
+def test_merge_of_two_replicas_equals_learning_from_the_union(name: str) -> None:
+    a, b = _results(1, 400), _results(2, 300)
+    replica_a = build_policy(name, {}, rng=random.Random(0))
+    replica_b = build_policy(name, {}, rng=random.Random(0))
+    union = build_policy(name, {}, rng=random.Random(0))
+    for r in a:
+        replica_a.observe(r)
+        union.observe(r)
+    for r in b:
+        replica_b.observe(r)
+        union.observe(r)
+    merged = replica_a.export_stats().merge(replica_b.export_stats())
+    _assert_stats_equal(merged, union.export_stats())
+    # a replica that loads the pooled stats decides like the union learner
+    pooled = build_policy(name, {}, rng=random.Random(0))
+    pooled.load_stats(merged)
+    pooled.load_local_state(union.local_state())
+    union_choices = [union.choose(b, 0) for b in (1, 3, 8, 16)]
+    assert [pooled.choose(b, 0) for b in (1, 3, 8, 16)] == union_choices
+
+
+def test_exp3spec_merge_adds_loss_estimate_sums() -> None:
+    r1, r2 = (
+        build_policy("exp3spec", {}, rng=random.Random(1)),
+        build_policy("exp3spec", {}, rng=random.Random(2)),
+    )
+    _drive(r1, 200, 3)
+    _drive(r2, 100, 4)
+    s1, s2 = r1.export_stats(), r2.export_stats()
+    merged = s1.merge(s2)
+    for cell in set(s1.tables["loss_estimate"]) | set(s2.tables["loss_estimate"]):
+        total = sum(
+            n * m for s in (s1, s2) for n, m in [s.tables["loss_estimate"].get(cell, (0, 0))]
+        )
+        n, m = merged.tables["loss_estimate"][cell]
+        assert n * m == pytest.approx(total)
+    assert merged.total_count("loss_estimate") == 300
+
+
+def test_merge_is_commutative_and_associative() -> None:
+    stats = []
+    for seed in range(3):
+        p = build_policy("nightjar", {}, rng=random.Random(seed))
+        for r in _results(seed, 100):
+            p.observe(r)
+        stats.append(p.export_stats())
+    x, y, z = stats
+    _assert_stats_equal(x.merge(y), y.merge(x))
+    _assert_stats_equal(x.merge(y).merge(z), x.merge(y.merge(z)))
+
+
+def test_stats_file_round_trip(tmp_path: Path) -> None:
+    p = build_policy("ucbspec", {}, rng=random.Random(0))
+    for r in _results(0, 50):
+        p.observe(r)
+    path = tmp_path / "stats.json"
+    p.export_stats().save(path)
+    _assert_stats_equal(PolicyStats.load(path), p.export_stats())
+
+
+def test_bad_snapshots_are_refused() -> None:
+    p = build_policy("nightjar", {}, rng=random.Random(0))
+    with pytest.raises(ValueError, match="policy"):
+        p.restore(build_policy("dsd", {}, rng=random.Random(0)).snapshot())
+    with pytest.raises(ValueError, match="version"):
+        PolicyStats.from_json({"version": 99, "policy": "nightjar"})
+    with pytest.raises(ValueError, match="merge"):
+        p.export_stats().merge(PolicyStats("dsd"))
+    bad = PolicyStats("nightjar", {"latency_per_token_s": {(1, 9): (1.0, 0.1)}})
+    with pytest.raises(ValueError, match="gamma=9"):
+        p.load_stats(bad)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        StepResult(0, 0, 1, 0.1),
+        StepResult(1, 5, 1, 0.1),
+        StepResult(1, 0, 0, 0.1),
+        StepResult(1, 0, 1, 0.0),
+        StepResult(1, 1, 2, 0.1, 1, 2),
+    ],
+)
+@pytest.mark.parametrize("name", policy_names())
+def test_impossible_results_raise_value_error(name: str, result: StepResult) -> None:
+    params = {"gamma": 0} if name == "fixed" else {}
+    with pytest.raises(ValueError):
+        build_policy(name, params, rng=random.Random(0)).observe(result)
