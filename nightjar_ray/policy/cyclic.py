@@ -8,6 +8,8 @@ lossless and catch-up tests, 0 then 1 for the switch-cost profiler).
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from nightjar_ray.policy.base import validate_context
@@ -47,3 +49,9 @@ class CyclicPolicy(_StatelessPolicy):
         gamma = self._gammas[(self._t // self._steps) % len(self._gammas)]
         self._t += 1
         return gamma
+
+    def local_state(self) -> dict[str, Any]:
+        return {"t": self._t}
+
+    def load_local_state(self, state: dict[str, Any]) -> None:
+        self._t = int(state.get("t", 0))

@@ -1,0 +1,35 @@
+"""vLLM stays behind the adapter: only nightjar_ray/engine/ imports it, and
+importing the public engine API (config, engine args) does not load it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nightjar_ray
+
+PACKAGE = Path(nightjar_ray.__file__).parent
+VLLM_IMPORT = re.compile(r"^\s*(from|import)\s+vllm\b", re.M)
+
+
+def test_only_the_engine_package_imports_vllm() -> None:
+    offenders = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if VLLM_IMPORT.search(p.read_text()) and p.relative_to(PACKAGE).parts[0] != "engine"
+    ]
+    assert offenders == []
+    assert any(VLLM_IMPORT.search(p.read_text()) for p in (PACKAGE / "engine").glob("*.py"))
+
+
+def test_engine_config_api_does_not_load_vllm() -> None:
+    code = (
+        "import sys; from nightjar_ray.engine import NightjarConfig;"
+        "NightjarConfig(policy='fixed', policy_params={'gamma': 2});"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'vllm');"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
