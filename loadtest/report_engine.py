@@ -26,7 +26,7 @@ def overhead(res: dict[str, Any]) -> str:
 def skip(res: dict[str, Any]) -> str:
     rows = [
         "| batch | plain tok/s | true skip tok/s | stock K=0 tok/s | "
-        "step time true skip / stock K=0 | true skip / plain |",
+        "step time true skip / stock K=0 | step time true skip / plain |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for b in res["plain"]:

@@ -125,7 +125,7 @@ class DraftSync:
         spans: list[CatchUpSpan] = []
         catch_up_s = 0.0
         if self._skips(k):
-            result = self._skip(len(starts), args)
+            result = self._skip(args)
         else:
             if self._mode == "catch-up" and self._method == "draft_model":
                 spans = self._lag.spans(starts)
@@ -155,7 +155,7 @@ class DraftSync:
             if req_id in scheduled
         }
 
-    def _skip(self, num_reqs: int, args: tuple[Any, ...]) -> torch.Tensor:
+    def _skip(self, args: tuple[Any, ...]) -> torch.Tensor:
         """No draft forward; keep the async-scheduling bookkeeping vLLM expects."""
         runner = self._runner
         if runner.use_async_scheduling and isinstance(args[0], torch.Tensor):
@@ -165,6 +165,7 @@ class DraftSync:
                 args[0], runner.requests, runner.input_batch, runner.discard_request_mask.gpu
             )
             runner._copy_valid_sampled_token_count(next_ids, valid_counts)
+        num_reqs = runner.input_batch.num_reqs
         return torch.empty((num_reqs, 0), dtype=torch.int64, device=runner.device)
 
     def _timed_catch_up(self, spans: list[CatchUpSpan], sampling_metadata: Any, cad: Any) -> float:
