@@ -13,9 +13,10 @@ token prompts of ``--prompt-tokens``:
    vLLM's K=0 (``stock``: draft forward kept), plus plain decoding (no SD),
    interleaved, batches 1/16/48.
 3. e2e: offline batches 1, 4, 16, 48 for ``off``, ``fixed`` 1..4,
-   ``vllm-static`` and ``nightjar``; nightjar first runs ``--warmup-rounds``
-   passes of the mixed sequence (reported as warm-up), then the measured
-   rounds, exactly like every static policy.
+   ``vllm-static`` and ``nightjar``, all engines alive together; nightjar
+   first runs ``--warmup-rounds`` passes of the mixed sequence alone
+   (reported as warm-up, with prompts the measured rounds do not use), then
+   every engine runs the measured rounds interleaved.
 
 Throughput ratios come from the same run; CPU timing is noisy (a few %).
 Each run is preceded by a short pause (``--settle-s``): an idle vLLM worker
@@ -56,11 +57,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=4, help="Measured rounds (median).")
     p.add_argument("--settle-s", type=float, default=2.0, help="Pause before each run.")
-    p.add_argument("--warmup-rounds", type=int, default=2, help="Nightjar warm-up passes.")
+    p.add_argument("--warmup-rounds", type=int, default=3, help="Nightjar warm-up passes.")
     p.add_argument("--overhead-gamma", type=int, default=2)
     p.add_argument("--overhead-batch", type=int, default=16)
     p.add_argument("--profile", default=None, help="C_switch CSV for the nightjar policy.")
     p.add_argument("--parts", default="overhead,skip,e2e")
+    p.add_argument("--decision-log", default=None, help="Nightjar's per-step decisions (JSONL).")
     return p.parse_args()
 
 
@@ -120,33 +122,52 @@ def bench_skip(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     return {**res, "step_time_ratio_true_skip_over_stock_k0": ratios}
 
 
-def run_policy(pair: ModelPair, name: str, params: dict[str, Any], args: Any) -> dict[str, Any]:
-    cfg = NightjarConfig(
+def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfig:
+    learns = name == "nightjar"
+    return NightjarConfig(
         policy=name,
         policy_params=params,
         gamma_max=4,
-        switch_cost_profile=args.profile if name == "nightjar" else None,
+        switch_cost_profile=args.profile if learns else None,
+        decision_log_path=args.decision_log if learns else None,
     )
-    warm = args.warmup_rounds if name == "nightjar" else 0
-    per: dict[int, list[float]] = {b: [] for b in BATCHES}
-    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
-    with offline_engine(pair, cfg, max_num_seqs=64) as llm:
-        tps(llm, 4, args, seed=99)  # engine warm-up, not policy learning
-        for r in range(warm + args.rounds):
-            for b in BATCHES:
-                time.sleep(args.settle_s)
-                (warmup if r < warm else per)[b].append(tps(llm, b, args, seed=r))
-    out: dict[str, Any] = {"tokens_per_s": {b: statistics.median(v) for b, v in per.items()}}
-    if warm:
-        out["warmup_tokens_per_s"] = {b: statistics.mean(v) for b, v in warmup.items()}
-    return out
 
 
 def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
-    res = {}
-    for label, name, params in E2E_POLICIES:
-        res[label] = run_policy(pair, name, params, args)
-        print(label, res[label], flush=True)
+    """Every policy's engine alive together; nightjar warms up alone first, then
+    all engines run the measured rounds interleaved (same prompts per round)."""
+    from contextlib import ExitStack
+
+    kw = {"max_num_seqs": 64, "kv_cache_memory_bytes": 256 << 20}
+    samples: dict[str, dict[int, list[float]]] = {
+        lbl: {b: [] for b in BATCHES} for lbl, *_ in E2E_POLICIES
+    }
+    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
+    with ExitStack() as stack:
+        llms = {
+            label: stack.enter_context(
+                offline_engine(pair, policy_config(name, params, args), **kw)
+            )
+            for label, name, params in E2E_POLICIES
+        }
+        for llm in llms.values():
+            tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
+        for r in range(args.warmup_rounds):
+            for b in BATCHES:
+                time.sleep(args.settle_s)
+                warmup[b].append(tps(llms["nightjar"], b, args, seed=1000 + r))
+        order = list(llms.items())
+        for r in range(args.rounds):
+            for b in BATCHES:
+                for label, llm in order if r % 2 == 0 else order[::-1]:
+                    time.sleep(args.settle_s)
+                    samples[label][b].append(tps(llm, b, args, seed=r))
+            print(f"e2e round {r} done", flush=True)
+    res: dict[str, Any] = {
+        label: {"tokens_per_s": {b: statistics.median(v) for b, v in per.items()}}
+        for label, per in samples.items()
+    }
+    res["nightjar"]["warmup_tokens_per_s"] = {b: statistics.mean(v) for b, v in warmup.items()}
     return res
 
 
