@@ -41,12 +41,14 @@ def engine_kwargs(
     *,
     method: str = "draft_model",
     stock_gamma: int | None = None,
+    spec_extra: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     """``vllm.LLM`` kwargs: plain (``nightjar=None, stock_gamma=None``), stock
-    vLLM SD at ``stock_gamma``, or Nightjar."""
+    vLLM SD at ``stock_gamma``, or Nightjar. ``spec_extra`` adds
+    ``speculative_config`` fields (e.g. ``draft_tensor_parallel_size``)."""
     kwargs = {**CPU_DEFAULTS, **overrides, "model": str(pair.target_dir)}
-    spec: dict[str, Any] = {"method": method}
+    spec: dict[str, Any] = {"method": method, **(spec_extra or {})}
     if method == "draft_model":
         spec["model"] = str(pair.draft_dir)
     elif method == "ngram":
