@@ -46,7 +46,7 @@ def expected_tokens(num_reqs: int, gamma: int, alpha: float) -> float:
 def solve_linear(matrix: list[list[float]], rhs: list[float]) -> list[float] | None:
     """Solve ``matrix @ x = rhs`` by Gaussian elimination; ``None`` if singular."""
     n = len(rhs)
-    a = [row[:] + [rhs[i]] for i, row in enumerate(matrix)]
+    a = [[*row, rhs[i]] for i, row in enumerate(matrix)]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
         if abs(a[pivot][col]) < 1e-300:
@@ -163,6 +163,6 @@ class DsdPolicy(Policy):
     def local_state(self) -> dict[str, int]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override]
+    def load_local_state(self, state: dict[str, int]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))
         self._theta = None

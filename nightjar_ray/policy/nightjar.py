@@ -8,7 +8,8 @@ Per batch-size key B the policy keeps (j_B, H_B, b_B, tau_B)::
 At a bin start (tau_B = 1) the bin explores with probability 1/b_B (uniform
 arm in {0..Gamma_max}) and otherwise exploits Eq. (4)::
 
-    gamma* = argmin_gamma  l~[B, gamma] + I(gamma_prev = 0 and gamma > 0) * C_switch(L_max, B) / gamma
+    gamma* = argmin_gamma  l~[B, gamma]
+             + I(gamma_prev = 0 and gamma > 0) * C_switch(L_max, B) / gamma
 
 where l~ is the incremental mean of observed latency per token (duration /
 emitted tokens), not the inverse of mean goodput, and gamma_prev is the gamma
@@ -97,8 +98,9 @@ class NightjarPolicy(Policy):
 
     def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
         if num_reqs < 1 or max_skip_tokens < 0:
-            raise ValueError(f"need num_reqs >= 1 and max_skip_tokens >= 0, got "
-                             f"{num_reqs}, {max_skip_tokens}")
+            raise ValueError(
+                f"need num_reqs >= 1 and max_skip_tokens >= 0, got {num_reqs}, {max_skip_tokens}"
+            )
         key = self._key(num_reqs)
         sched = self._schedules.get(key)
         if sched is None:

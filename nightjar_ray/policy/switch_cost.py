@@ -92,8 +92,7 @@ class SwitchCostTable:
         ref = resources.files("nightjar_ray.policy") / "profiles" / f"{name}.csv"
         if not ref.is_file():
             raise ValueError(f"no built-in switch-cost profile named {name!r}")
-        with ref.open(newline="") as f:
-            return cls.from_csv_lines(f, name)
+        return cls.from_csv_lines(ref.read_text().splitlines(keepends=True), name)
 
     @classmethod
     def from_csv_lines(cls, lines: Iterable[str], source: str) -> SwitchCostTable:

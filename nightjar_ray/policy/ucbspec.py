@@ -92,5 +92,5 @@ class UcbSpecPolicy(Policy):
     def local_state(self) -> dict[str, int]:
         return {"num_chosen": self._num_chosen}
 
-    def load_local_state(self, state: dict[str, int]) -> None:  # type: ignore[override]
+    def load_local_state(self, state: dict[str, int]) -> None:
         self._num_chosen = int(state.get("num_chosen", 0))
