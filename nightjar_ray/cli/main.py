@@ -11,9 +11,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nightjar_ray.cli import bench_policy, demo
+from nightjar_ray.cli import bench_policy, demo, simulate
 
-COMMANDS = (demo, bench_policy)
+COMMANDS = (demo, bench_policy, simulate)
 
 
 def build_parser() -> argparse.ArgumentParser:
