@@ -54,7 +54,9 @@ def register(subparsers: Any) -> None:
     cmp_p.add_argument("--qps", default=None, help="Comma-separated loads (default: preset).")
     cmp_p.add_argument("--trace-only", action="store_true", help="Skip the Poisson sweep.")
     cmp_p.add_argument("--no-trace", action="store_true", help="Skip the trace replay.")
-    cmp_p.add_argument("--gamma-max", type=int, default=5)
+    cmp_p.add_argument("--gamma-max", type=int, default=4, help="Adaptive policies' Gamma_max.")
+    cmp_p.add_argument("--max-fixed-gamma", type=int, default=5, help="fixed-1..this.")
+    cmp_p.add_argument("--contenders", default=None, help="Comma-separated labels to run.")
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     cmp_p.set_defaults(func=compare)
     cal_p = sub.add_parser("calibrate", help="Cost model vs the paper's tables.")
@@ -111,7 +113,7 @@ def run_one(args: argparse.Namespace) -> int:
     setting = get_setting(cfg.setting)
     workload = build_workload(cfg.workload, setting, cfg.dataset, cfg.seed)
     contender = next(
-        (c for c in default_contenders(5) if c.policy == cfg.policy and c.policy != "fixed"),
+        (c for c in default_contenders() if c.policy == cfg.policy and c.policy != "fixed"),
         Contender(cfg.policy, cfg.policy),
     )
     contender = Contender(
@@ -152,7 +154,12 @@ def write_timeline(result: SimResult, path: str) -> None:
 
 def compare(args: argparse.Namespace) -> int:
     setting = get_setting(args.setting)
-    contenders = default_contenders(args.gamma_max, json.loads(args.nightjar_params))
+    contenders = default_contenders(
+        args.gamma_max, json.loads(args.nightjar_params), args.max_fixed_gamma
+    )
+    if args.contenders:
+        wanted = args.contenders.split(",")
+        contenders = [c for c in contenders if c.label in wanted]
     labels = [c.label for c in contenders]
     knobs = MemoryKnobs(args.tau_low_fraction, args.persist_steps)
     rows: list[LoadRow] = []

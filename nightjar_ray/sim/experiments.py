@@ -32,6 +32,9 @@ from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 
+NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2"}
+"""Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
+
 
 @dataclass(frozen=True)
 class MemoryKnobs:
@@ -54,17 +57,23 @@ class Contender:
 
 
 def default_contenders(
-    gamma_max: int, nightjar_params: dict[str, Any] | None = None
+    gamma_max: int = 4, nightjar_params: dict[str, Any] | None = None, max_fixed_gamma: int = 5
 ) -> list[Contender]:
-    """The Table 4 line-up: nightjar, off, fixed 1..gamma_max, vllm-static, dsd, ucbspec."""
+    """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
+
+    Adaptive policies choose among 0..``gamma_max``; nightjar starts from
+    ``NIGHTJAR_DEFAULTS`` (overridden by ``nightjar_params``).
+    """
     g = {"gamma_max": gamma_max}
+    nightjar = {**g, **NIGHTJAR_DEFAULTS, **(nightjar_params or {})}
     out = [
-        Contender(
-            "nightjar", "nightjar", {**g, **(nightjar_params or {})}, skip_draft=True, elastic=True
-        ),
+        Contender("nightjar", "nightjar", nightjar, skip_draft=True, elastic=True),
         Contender("off", "off", use_draft=False),
     ]
-    out += [Contender(f"fixed-{k}", "fixed", {**g, "gamma": k}) for k in range(1, gamma_max + 1)]
+    out += [
+        Contender(f"fixed-{k}", "fixed", {"gamma_max": max_fixed_gamma, "gamma": k})
+        for k in range(1, max_fixed_gamma + 1)
+    ]
     out += [
         Contender("vllm-static", "vllm-static", g),
         Contender("dsd", "dsd", g),
@@ -141,7 +150,7 @@ class LoadRow:
 
 def oracle_label(summaries: dict[str, Summary]) -> str:
     """Best static contender (off or fixed-k) by throughput; ties go to the first."""
-    static = [k for k in summaries if k == "off" or k.startswith("fixed-")]
+    static = [k for k in summaries if k == "off" or k.startswith("fixed-")] or list(summaries)
     return max(static, key=lambda k: summaries[k].throughput_tokens_per_s)
 
 

@@ -69,6 +69,8 @@ class Setting:
     contract_fixed_s: float = 0.0119
     """KV-cache contraction fixed cost: Table 6 (11.9 ms, Triton migration)."""
     qps_sweep: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 12.0, 16.0)
+    trace_qps: float = 1.0
+    """Mean rate the Azure trace window is replayed at (its shape and lengths are kept)."""
 
     def acceptance_for(self, dataset: str) -> AcceptanceProfile:
         try:
@@ -94,6 +96,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0),
+        trace_qps=4.0,
     ),
     "a100-13b": Setting(
         "a100-13b",
@@ -108,6 +111,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(1.0, 2.0, 4.0, 6.0, 8.0, 10.0),
+        trace_qps=1.5,
     ),
     "l20x2-32b": Setting(
         "l20x2-32b",
@@ -122,6 +126,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
+        trace_qps=1.5,
     ),
 }
 
