@@ -42,7 +42,7 @@ class MemoryKnobs:
 
     tau_low_fraction: float = 0.10
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
-    persist_steps: int = 8
+    persist_steps: int = 64
     """T_persist in scheduling steps."""
 
 
