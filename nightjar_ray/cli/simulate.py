@@ -33,6 +33,7 @@ from nightjar_ray.sim.metrics import SimResult, summarize
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, get_setting
 from nightjar_ray.sim.report import absolute_table, ratio_table, summary_lines
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
+from nightjar_ray.sim.tuning import tune_row, variants
 from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION
 
 
@@ -59,6 +60,10 @@ def register(subparsers: Any) -> None:
     cmp_p.add_argument("--contenders", default=None, help="Comma-separated labels to run.")
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     cmp_p.set_defaults(func=compare)
+    tune_p = sub.add_parser("tune", help="Sweep tau_low, T_persist, bucketing for nightjar.")
+    _common(tune_p)
+    tune_p.add_argument("--qps", default=None, help="Comma-separated loads (default: 3 of preset).")
+    tune_p.set_defaults(func=tune)
     cal_p = sub.add_parser("calibrate", help="Cost model vs the paper's tables.")
     cal_p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
     cal_p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
@@ -187,6 +192,23 @@ def compare(args: argparse.Namespace) -> int:
     print("\n".join(absolute_table(rows, labels)))
     if not args.no_trace:
         print(f"\nTrace: {TRACE_ATTRIBUTION}")
+    return 0
+
+
+def tune(args: argparse.Namespace) -> int:
+    setting = get_setting(args.setting)
+    sweep = setting.qps_sweep
+    loads = [float(q) for q in args.qps.split(",")] if args.qps else [sweep[1], sweep[3], sweep[-1]]
+    labels = [v.label for v in variants()]
+    print(f"setting {setting.name}, dataset {args.dataset}: nightjar throughput / off")
+    print("| load | " + " | ".join(labels) + " |")
+    print("|" + "---|" * (len(labels) + 1))
+    for qps in loads:
+        wl = build_workload(
+            _workload_from_args(args, "poisson", qps), setting, args.dataset, args.seed
+        )
+        row = tune_row(setting, wl, args.dataset, args.seed)
+        print(f"| {qps:g} qps | " + " | ".join(f"{row[k]:.3f}" for k in labels) + " |")
     return 0
 
 
