@@ -24,7 +24,7 @@ from nightjar_ray.sim.calibration import (
 from nightjar_ray.sim.experiments import (
     Contender,
     LoadRow,
-    MemoryKnobs,
+    RunKnobs,
     compare_at_load,
     default_contenders,
     run_contender,
@@ -78,8 +78,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-start-s", type=float, default=1200.0)
     p.add_argument("--trace-duration-s", type=float, default=600.0)
     p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
-    p.add_argument("--tau-low-fraction", type=float, default=MemoryKnobs().tau_low_fraction)
-    p.add_argument("--persist-steps", type=int, default=MemoryKnobs().persist_steps)
+    p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)
+    p.add_argument("--persist-steps", type=int, default=RunKnobs().persist_steps)
+    p.add_argument(
+        "--observed-time",
+        choices=["step", "decode", "pure"],
+        default=RunKnobs().observed_time,
+        help="Step time policies observe (docs/simulator.md).",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -94,6 +100,7 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         workload=_workload_from_args(args, args.arrival, args.qps),
         tau_low_fraction=args.tau_low_fraction,
         persist_steps=args.persist_steps,
+        observed_time=args.observed_time,
         seed=args.seed,
     )
 
@@ -166,7 +173,7 @@ def compare(args: argparse.Namespace) -> int:
         wanted = args.contenders.split(",")
         contenders = [c for c in contenders if c.label in wanted]
     labels = [c.label for c in contenders]
-    knobs = MemoryKnobs(args.tau_low_fraction, args.persist_steps)
+    knobs = RunKnobs(args.tau_low_fraction, args.persist_steps, args.observed_time)
     rows: list[LoadRow] = []
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep

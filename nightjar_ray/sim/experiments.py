@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
@@ -37,13 +37,16 @@ NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2"}
 
 
 @dataclass(frozen=True)
-class MemoryKnobs:
-    """Elastic-memory defaults (chosen with the simulator; docs/simulator.md)."""
+class RunKnobs:
+    """Engine-side knobs around the policy (defaults chosen with the simulator; see
+    docs/simulator.md, "Choosing defaults")."""
 
     tau_low_fraction: float = 0.10
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
     persist_steps: int = 64
     """T_persist in scheduling steps."""
+    observed_time: Literal["step", "decode", "pure"] = "decode"
+    """What policies observe (``ServerOptions.observed_time``)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def default_contenders(
     return out
 
 
-def elastic_params(setting: Setting, knobs: MemoryKnobs) -> ElasticParams:
+def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
     """Trigger thresholds and operation costs of ``setting`` (per GPU of the TP group)."""
     plan = plan_memory(
         setting.hw,
@@ -117,7 +120,7 @@ def run_contender(
     workload: Sequence[RequestSpec],
     dataset: str,
     seed: int,
-    knobs: MemoryKnobs = MemoryKnobs(),
+    knobs: RunKnobs = RunKnobs(),
 ) -> SimResult:
     """Simulate ``workload`` under contender ``c``."""
     options = ServerOptions(
@@ -126,6 +129,7 @@ def run_contender(
         draft_when_off="skip" if c.skip_draft else "sync",
         elastic=elastic_params(setting, knobs) if c.elastic else None,
         seed=seed,
+        observed_time=knobs.observed_time,
     )
     policy = build_contender_policy(setting, c, seed)
     return SimServer(setting, policy, options).run(workload)
@@ -161,7 +165,7 @@ def compare_at_load(
     dataset: str,
     load: str,
     seed: int,
-    knobs: MemoryKnobs = MemoryKnobs(),
+    knobs: RunKnobs = RunKnobs(),
 ) -> LoadRow:
     summaries = {
         c.label: summarize(run_contender(setting, c, workload, dataset, seed, knobs))

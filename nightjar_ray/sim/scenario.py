@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nightjar_ray.sim.experiments import MemoryKnobs
+from nightjar_ray.sim.experiments import RunKnobs
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_dataset
 from nightjar_ray.sim.workload import (
     DEFAULT_TRACE,
@@ -62,16 +62,20 @@ class ScenarioConfig(BaseModel):
         description="Arrivals and lengths.",
     )
     tau_low_fraction: float = Field(
-        MemoryKnobs().tau_low_fraction, ge=0, le=1, description="tau_low / N_orig (nightjar)."
+        RunKnobs().tau_low_fraction, ge=0, le=1, description="tau_low / N_orig (nightjar)."
     )
     persist_steps: int = Field(
-        MemoryKnobs().persist_steps, ge=1, description="T_persist in steps (nightjar)."
+        RunKnobs().persist_steps, ge=1, description="T_persist in steps (nightjar)."
+    )
+    observed_time: Literal["step", "decode", "pure"] = Field(
+        RunKnobs().observed_time,
+        description="Step time policies observe: wall time, decode part, or pure-decode steps.",
     )
     seed: int = Field(0, ge=0, description="Seed of workload, acceptance and policy RNGs.")
 
     @property
-    def knobs(self) -> MemoryKnobs:
-        return MemoryKnobs(self.tau_low_fraction, self.persist_steps)
+    def knobs(self) -> RunKnobs:
+        return RunKnobs(self.tau_low_fraction, self.persist_steps, self.observed_time)
 
 
 def load_scenario(path: str | Path) -> ScenarioConfig:

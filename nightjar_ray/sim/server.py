@@ -21,7 +21,7 @@ Draft participation when a step plays gamma = 0 (``ServerOptions.draft_when_off`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from nightjar_ray.policy.base import Policy, StepResult
@@ -48,6 +48,11 @@ class ServerOptions:
     draft_when_off: Literal["sync", "skip"] = "sync"
     elastic: ElasticParams | None = None
     """Elastic draft offload (needs ``draft_when_off='skip'``); None keeps the draft resident."""
+    observed_time: Literal["step", "decode", "pure"] = "step"
+    """What ``policy.observe`` is told: ``step``: every decode step with its wall time;
+    ``decode``: every decode step with the time its decodes alone would take (prefill
+    chunks sharing the step removed via the cost model); ``pure``: only steps without
+    prefill chunks (what an engine can do without a cost model)."""
     seed: int = 0
     check_invariants: bool = False
     """Check block accounting after every step (slow; tests)."""
@@ -156,12 +161,13 @@ class SimServer:
         self.num_steps += 1
         if step.decodes:
             self.last_gamma = step.gamma
+        if step.decodes and not (self.options.observed_time == "pure" and step.prefills):
             self.policy.observe(
                 StepResult(
                     len(step.decodes),
                     step.gamma,
                     num_tokens,
-                    cost.total_s,
+                    self._observed_s(step, draft_runs, cost.total_s),
                     len(step.decodes) * step.gamma,
                     num_accepted,
                 )
@@ -173,6 +179,12 @@ class SimServer:
             )
         if self.options.check_invariants:
             self.pool.check()
+
+    def _observed_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
+        """Step time the policy is told: wall time, or the decode-only part (see options)."""
+        if self.options.observed_time != "decode" or not step.prefills:
+            return total_s
+        return self.cost.cost(replace(step, prefills=()), draft_runs).total_s
 
     def _draft_runs(self, step: ScheduledStep) -> bool:
         if not self._draft_available():

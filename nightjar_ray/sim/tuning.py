@@ -1,6 +1,6 @@
 """Sweeps that choose Nightjar's defaults in simulation (tau_low, T_persist, bucketing).
 
-Each variant changes one knob from the defaults (``MemoryKnobs()``, ``NIGHTJAR_DEFAULTS``)
+Each variant changes one knob from the defaults (``RunKnobs()``, ``NIGHTJAR_DEFAULTS``)
 and reports nightjar's throughput as a ratio to ``off`` on the same workload.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from nightjar_ray.sim.experiments import (
     Contender,
-    MemoryKnobs,
+    RunKnobs,
     default_contenders,
     run_contender,
     with_params,
@@ -25,7 +25,7 @@ from nightjar_ray.sim.workload import RequestSpec
 class Variant:
     label: str
     contender: Contender
-    knobs: MemoryKnobs
+    knobs: RunKnobs
 
 
 def variants(
@@ -34,11 +34,13 @@ def variants(
 ) -> list[Variant]:
     """One-knob-at-a-time variants around the defaults."""
     base = next(c for c in default_contenders() if c.label == "nightjar")
-    knobs = MemoryKnobs()
+    knobs = RunKnobs()
     out = [
         Variant("defaults", base, knobs),
         Variant("bucketing=exact", with_params(base, bucketing="exact"), knobs),
         Variant("no offload", replace(base, elastic=False), knobs),
+        Variant("observe=step", base, replace(knobs, observed_time="step")),
+        Variant("observe=pure", base, replace(knobs, observed_time="pure")),
     ]
     out += [Variant(f"T_persist={t}", base, replace(knobs, persist_steps=t)) for t in persist_steps]
     out += [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nightjar_ray.sim.elastic import ElasticParams
-from nightjar_ray.sim.experiments import MemoryKnobs, elastic_params
+from nightjar_ray.sim.experiments import RunKnobs, elastic_params
 from nightjar_ray.sim.metrics import summarize
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.workload import RequestSpec
@@ -69,7 +69,7 @@ def test_skip_mode_pays_catch_up_and_sync_mode_does_not() -> None:
 
 
 def _elastic(setting_name: str = "rtx4090-7b", persist: int = 4) -> ElasticParams:
-    return elastic_params(get_setting(setting_name), MemoryKnobs(0.10, persist))
+    return elastic_params(get_setting(setting_name), RunKnobs(0.10, persist))
 
 
 def test_offload_under_pressure_then_reload_when_quiet() -> None:
