@@ -150,11 +150,22 @@ def write_timeline(result: SimResult, path: str) -> None:
     """Per-step CSV: time, batch size, gamma, running, waiting, free blocks."""
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["time_s", "num_reqs", "gamma", "num_running", "num_waiting", "free_blocks"])
+        w.writerow(
+            [
+                "time_s",
+                "duration_s",
+                "num_reqs",
+                "gamma",
+                "num_running",
+                "num_waiting",
+                "free_blocks",
+            ]
+        )
         for s in result.timeline:
             w.writerow(
                 [
                     f"{s.time_s:.6f}",
+                    f"{s.duration_s:.6f}",
                     s.num_reqs,
                     s.gamma,
                     s.num_running,

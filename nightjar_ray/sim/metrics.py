@@ -46,6 +46,8 @@ class StepRecord:
     """One engine step on the gamma timeline."""
 
     time_s: float
+    """Clock at the end of the step."""
+    duration_s: float
     num_reqs: int
     gamma: int
     num_running: int

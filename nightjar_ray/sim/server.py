@@ -155,24 +155,26 @@ class SimServer:
             return
         draft_runs = self._draft_runs(step)
         cost = self.cost.cost(step, draft_runs)
+        observed_s = self._observed_s(step, draft_runs, cost.total_s)  # before state changes
         self.now_s += cost.total_s
         self.catchup_s += cost.catchup_s
         num_tokens, num_accepted = self._apply(step, draft_runs)
         self.num_steps += 1
         if step.decodes:
             self.last_gamma = step.gamma
-        if step.decodes and not (self.options.observed_time == "pure" and step.prefills):
-            self.policy.observe(
-                StepResult(
-                    len(step.decodes),
-                    step.gamma,
-                    num_tokens,
-                    self._observed_s(step, draft_runs, cost.total_s),
-                    len(step.decodes) * step.gamma,
-                    num_accepted,
+            if not (self.options.observed_time == "pure" and step.prefills):
+                num_reqs = len(step.decodes)
+                self.policy.observe(
+                    StepResult(
+                        num_reqs,
+                        step.gamma,
+                        num_tokens,
+                        observed_s,
+                        num_reqs * step.gamma,
+                        num_accepted,
+                    )
                 )
-            )
-        self._record(step)
+        self._record(step, cost.total_s)
         if self.elastic is not None:
             self.now_s += self.elastic.after_step(
                 self.now_s, self.last_gamma, len(self.scheduler.waiting)
@@ -233,10 +235,11 @@ class SimServer:
             )
         )
 
-    def _record(self, step: ScheduledStep) -> None:
+    def _record(self, step: ScheduledStep, duration_s: float) -> None:
         self.timeline.append(
             StepRecord(
                 self.now_s,
+                duration_s,
                 len(step.decodes),
                 step.gamma,
                 len(self.scheduler.running),

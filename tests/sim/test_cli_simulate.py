@@ -22,7 +22,7 @@ def test_simulate_run_prints_metrics_and_writes_timeline(
     assert code == 0
     assert "throughput" in out and "TTFT" in out and "TPOT" in out and "E2E" in out
     lines = timeline.read_text().splitlines()
-    assert lines[0].startswith("time_s,num_reqs,gamma")
+    assert lines[0].startswith("time_s,duration_s,num_reqs,gamma")
     assert len(lines) > 10
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from nightjar_ray.policy import PolicyStats, StepResult
+from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.elastic import ElasticParams
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
 from nightjar_ray.sim.metrics import summarize
 from nightjar_ray.sim.presets import get_setting
+from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 from sim.simhelpers import poisson_workload, server, small_memory_setting
 
@@ -136,3 +139,48 @@ def test_memory_plan_follows_paper_section_6() -> None:
     assert plan.num_scale_blocks == plan.num_orig_blocks + plan.num_draft_blocks
     small = server(small_memory_setting(), "off", {}).plan
     assert small.num_orig_blocks < plan.num_orig_blocks
+
+
+class _Recorder(Policy):
+    """Plays a fixed gamma and records every StepResult it is shown."""
+
+    name = "recorder"
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+        self.results: list[StepResult] = []
+
+    @property
+    def gamma_max(self) -> int:
+        return self.gamma
+
+    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        return self.gamma
+
+    def observe(self, result: StepResult) -> None:
+        self.results.append(result)
+
+    def export_stats(self) -> PolicyStats:
+        return PolicyStats(self.name)
+
+    def load_stats(self, stats: PolicyStats) -> None:
+        pass
+
+
+def _observed(mode: str) -> tuple[list[StepResult], list[float]]:
+    policy = _Recorder(2)
+    srv = SimServer(SETTING, policy, ServerOptions(observed_time=mode))  # type: ignore[arg-type]
+    result = srv.run(poisson_workload(SETTING, 15.0, 120))
+    return policy.results, [s.duration_s for s in result.timeline if s.num_reqs]
+
+
+def test_observed_time_modes() -> None:
+    step, wall = _observed("step")
+    decode, _ = _observed("decode")
+    pure, _ = _observed("pure")
+    assert len(step) == len(decode) == len(wall)
+    assert [r.duration_s for r in step] == pytest.approx(wall)
+    assert all(d.duration_s <= s.duration_s + 1e-12 for d, s in zip(decode, step, strict=True))
+    assert sum(d.duration_s for d in decode) < 0.95 * sum(s.duration_s for s in step)
+    assert 0 < len(pure) < len(step)
+    assert all(r.num_reqs >= 1 and r.num_draft_tokens == 2 * r.num_reqs for r in step)
