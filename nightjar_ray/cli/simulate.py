@@ -78,6 +78,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-start-s", type=float, default=1200.0)
     p.add_argument("--trace-duration-s", type=float, default=600.0)
     p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
+    p.add_argument(
+        "--trace-lengths",
+        choices=["trace", "dataset"],
+        default="trace",
+        help="Replayed lengths: the trace's, or sampled from --dataset (paper Table 4).",
+    )
     p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)
     p.add_argument("--persist-steps", type=int, default=RunKnobs().persist_steps)
     p.add_argument(
@@ -116,6 +122,7 @@ def _workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> W
             "trace_start_s": args.trace_start_s,
             "trace_duration_s": args.trace_duration_s,
             "trace_qps": args.trace_qps,
+            "trace_lengths": args.trace_lengths,
         }
     )
 

@@ -9,6 +9,7 @@ A scenario file is JSON, for example::
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -45,6 +46,11 @@ class WorkloadConfig(BaseModel):
     trace_duration_s: float = Field(600.0, gt=0, description="Length of the window, s.")
     trace_qps: float | None = Field(
         None, gt=0, description="Replay at this mean rate (rescales time); None = as recorded."
+    )
+    trace_lengths: Literal["trace", "dataset"] = Field(
+        "trace",
+        description="Lengths of replayed requests: the trace's own, or sampled from the dataset "
+        "(trace arrivals with dataset prompts, as the paper's Table 4).",
     )
 
 
@@ -96,8 +102,12 @@ def build_workload(
     rng = random.Random(seed)
     max_len = setting.target.max_model_len
     if cfg.arrival == "trace":
-        rows = read_trace(cfg.trace_path)
-        return trace_for(rows, cfg, max_len)
+        window = trace_for(read_trace(cfg.trace_path), cfg, max_len)
+        if cfg.trace_lengths == "trace":
+            return window
+        arrivals = [0.0, *(r.arrival_s for r in window)]
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        return synthetic_workload(gaps, get_dataset(dataset), max_len, rng)
     if cfg.arrival == "poisson":
         gaps = poisson_gaps(cfg.qps, cfg.num_requests, rng)
     else:

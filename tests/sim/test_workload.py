@@ -91,3 +91,22 @@ def test_real_trace_slice_replays_at_the_requested_rate() -> None:
     assert len(wl) / span == pytest.approx(2.0, rel=0.05)
     assert all(r.num_prompt_tokens + r.num_output_tokens <= 4096 for r in wl)
     assert rate_timeline(wl, 10.0)[0][1] > 0
+
+
+def test_trace_arrivals_with_dataset_lengths(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text(TINY_TRACE)
+    setting = get_setting("rtx4090-7b")
+    base = {
+        "arrival": "trace",
+        "trace_path": str(path),
+        "trace_start_s": 0,
+        "trace_duration_s": 100,
+    }
+    own = build_workload(WorkloadConfig.model_validate(base), setting, "alpaca", 0)
+    mixed = build_workload(
+        WorkloadConfig.model_validate({**base, "trace_lengths": "dataset"}), setting, "alpaca", 0
+    )
+    assert [r.arrival_s for r in mixed] == pytest.approx([r.arrival_s for r in own])
+    assert [r.num_prompt_tokens for r in own] == [396, 879, 9000]
+    assert [r.num_prompt_tokens for r in mixed] != [r.num_prompt_tokens for r in own]
