@@ -100,7 +100,7 @@ def test_trace_arrivals_with_dataset_lengths(tmp_path: Path) -> None:
     base = {
         "arrival": "trace",
         "trace_path": str(path),
-        "trace_start_s": 0,
+        "trace_start_s": 4,
         "trace_duration_s": 100,
     }
     own = build_workload(WorkloadConfig.model_validate(base), setting, "alpaca", 0)
