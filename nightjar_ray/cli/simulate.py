@@ -75,13 +75,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
     p.add_argument("--num-requests", type=int, default=480)
     p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Azure trace CSV path.")
-    p.add_argument("--trace-start-s", type=float, default=1200.0)
-    p.add_argument("--trace-duration-s", type=float, default=600.0)
+    p.add_argument("--trace-start-s", type=float, default=0.0, help="Window start (s).")
+    p.add_argument("--trace-duration-s", type=float, default=3600.0, help="Window length (s).")
     p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
     p.add_argument(
         "--trace-lengths",
         choices=["trace", "dataset"],
-        default="trace",
+        default="dataset",
         help="Replayed lengths: the trace's, or sampled from --dataset (paper Table 4).",
     )
     p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)

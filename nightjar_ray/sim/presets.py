@@ -70,7 +70,8 @@ class Setting:
     """KV-cache contraction fixed cost: Table 6 (11.9 ms, Triton migration)."""
     qps_sweep: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 12.0, 16.0)
     trace_qps: float = 1.0
-    """Mean rate the Azure trace window is replayed at (its shape and lengths are kept)."""
+    """Mean rate the Azure trace is replayed at by ``simulate compare`` (its shape is kept):
+    the load near this setting's SD/plain crossover in the ShareGPT Poisson sweep."""
 
     def acceptance_for(self, dataset: str) -> AcceptanceProfile:
         try:
@@ -96,7 +97,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0),
-        trace_qps=4.0,
+        trace_qps=10.0,
     ),
     "a100-13b": Setting(
         "a100-13b",
@@ -111,7 +112,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(1.0, 2.0, 4.0, 6.0, 8.0, 10.0),
-        trace_qps=1.5,
+        trace_qps=4.0,
     ),
     "l20x2-32b": Setting(
         "l20x2-32b",
@@ -126,7 +127,7 @@ SETTINGS: Mapping[str, Setting] = {
         },
         activation_reserve_bytes=int(1.5 * GIB),
         qps_sweep=(0.5, 1.0, 2.0, 3.0, 4.0, 6.0),
-        trace_qps=1.5,
+        trace_qps=3.0,
     ),
 }
 

@@ -42,8 +42,8 @@ class WorkloadConfig(BaseModel):
     cv: float = Field(2.0, gt=0, description="Coefficient of variation of gamma gaps.")
     num_requests: int = Field(480, ge=1, le=1_000_000, description="Requests (poisson/gamma).")
     trace_path: str = Field(str(DEFAULT_TRACE), description="Azure trace CSV (arrival=trace).")
-    trace_start_s: float = Field(1200.0, ge=0, description="Start of the replayed window, s.")
-    trace_duration_s: float = Field(600.0, gt=0, description="Length of the window, s.")
+    trace_start_s: float = Field(0.0, ge=0, description="Start of the replayed window, s.")
+    trace_duration_s: float = Field(3600.0, gt=0, description="Length of the window, s.")
     trace_qps: float | None = Field(
         None, gt=0, description="Replay at this mean rate (rescales time); None = as recorded."
     )
