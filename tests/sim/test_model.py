@@ -13,7 +13,7 @@ from nightjar_ray.sim.calibration import (
     switch_cost_ms,
     token_latency_s,
 )
-from nightjar_ray.sim.experiments import Contender, run_contender
+from nightjar_ray.sim.experiments import Contender, default_contenders, run_contender
 from nightjar_ray.sim.metrics import summarize
 from nightjar_ray.sim.presets import get_setting
 from sim.simhelpers import poisson_workload
@@ -83,3 +83,18 @@ def test_acceptance_varies_between_requests_but_is_reproducible() -> None:
     assert AcceptanceProcess(profile, 3, 7).alpha == alphas[7]
     rng = random.Random(0)
     assert 0 <= AcceptanceProcess(profile, 3, rng.randrange(10)).accepted(5) <= 5
+
+
+def _nightjar_gammas(qps: float, n: int, queued: bool) -> list[int]:
+    """Gammas of decode steps (only those with a waiting queue if ``queued``)."""
+    setting = SETTING
+    contender = next(c for c in default_contenders() if c.label == "nightjar")
+    result = run_contender(setting, contender, poisson_workload(setting, qps, n), "sharegpt", 0)
+    return [s.gamma for s in result.timeline if s.num_reqs and (s.num_waiting or not queued)]
+
+
+def test_nightjar_in_the_simulator_speculates_when_idle_and_stops_under_load() -> None:
+    low = _nightjar_gammas(1.0, 150, queued=False)
+    overloaded = _nightjar_gammas(35.0, 1500, queued=True)
+    assert statistics.fmean(low) > 1.5
+    assert statistics.fmean(overloaded[len(overloaded) // 2 :]) < 0.3
