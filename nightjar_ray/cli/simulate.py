@@ -30,11 +30,11 @@ from nightjar_ray.sim.experiments import (
     run_contender,
 )
 from nightjar_ray.sim.metrics import SimResult, summarize
-from nightjar_ray.sim.presets import DATASETS, SETTINGS, get_setting
+from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_setting
 from nightjar_ray.sim.report import absolute_table, ratio_table, summary_lines
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
 from nightjar_ray.sim.tuning import tune_row, variants
-from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION
+from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
 
 
 def register(subparsers: Any) -> None:
@@ -205,12 +205,8 @@ def compare(args: argparse.Namespace) -> int:
                 )
             )
     if not args.no_trace:
-        wl = build_workload(
-            _workload_from_args(args, "trace", 1.0), setting, args.dataset, args.seed
-        )
-        rows.append(
-            compare_at_load(setting, contenders, wl, args.dataset, "trace", args.seed, knobs)
-        )
+        wl, label = trace_for_compare(args, setting)
+        rows.append(compare_at_load(setting, contenders, wl, args.dataset, label, args.seed, knobs))
     print(f"setting {setting.name}, dataset {args.dataset}, seed {args.seed}")
     print("\n".join(ratio_table(rows, labels)))
     print("\nAbsolute throughput (tok/s):\n")
@@ -218,6 +214,15 @@ def compare(args: argparse.Namespace) -> int:
     if not args.no_trace:
         print(f"\nTrace: {TRACE_ATTRIBUTION}")
     return 0
+
+
+def trace_for_compare(
+    args: argparse.Namespace, setting: Setting
+) -> tuple[tuple[RequestSpec, ...], str]:
+    """The trace workload at ``--trace-qps`` or the setting's ``trace_qps``, and its label."""
+    qps = args.trace_qps if args.trace_qps is not None else setting.trace_qps
+    cfg = _workload_from_args(args, "trace", 1.0).model_copy(update={"trace_qps": qps})
+    return build_workload(cfg, setting, args.dataset, args.seed), f"trace @ {qps:g} qps"
 
 
 def tune(args: argparse.Namespace) -> int:

@@ -68,3 +68,28 @@ def test_scenario_file_runs_and_unknown_field_is_named(
     bad.write_text(json.dumps({"workload": {"qps": 1.0, "burst": 3}}))
     with pytest.raises(ValueError, match=r"workload\.burst"):
         load_scenario(bad)
+
+
+def test_compare_replays_the_trace_at_the_preset_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,20" for m in range(10) for s in (0, 30)]
+    trace.write_text("\n".join(rows) + "\n")
+    code = main(
+        [
+            "simulate",
+            "compare",
+            "--setting",
+            "l20x2-32b",
+            "--trace-only",
+            "--trace",
+            str(trace),
+            "--contenders",
+            "off,fixed-1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| trace @ 3 qps |" in out
