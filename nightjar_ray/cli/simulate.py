@@ -92,6 +92,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().observed_time,
         help="Step time policies observe (docs/simulator.md).",
     )
+    p.add_argument(
+        "--offload-trigger",
+        choices=["played", "exploited"],
+        default=RunKnobs().offload_trigger,
+        help="When SD counts as disabled for the offload trigger (docs/simulator.md).",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -107,6 +113,7 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         tau_low_fraction=args.tau_low_fraction,
         persist_steps=args.persist_steps,
         observed_time=args.observed_time,
+        offload_trigger=args.offload_trigger,
         seed=args.seed,
     )
 
@@ -191,7 +198,12 @@ def compare(args: argparse.Namespace) -> int:
         wanted = args.contenders.split(",")
         contenders = [c for c in contenders if c.label in wanted]
     labels = [c.label for c in contenders]
-    knobs = RunKnobs(args.tau_low_fraction, args.persist_steps, args.observed_time)
+    knobs = RunKnobs(
+        tau_low_fraction=args.tau_low_fraction,
+        persist_steps=args.persist_steps,
+        offload_trigger=args.offload_trigger,
+        observed_time=args.observed_time,
+    )
     rows: list[LoadRow] = []
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep

@@ -2,7 +2,7 @@
 
 ::
 
-    RESIDENT --(gamma = 0, N_free < tau_low for T_persist steps)--> OFFLOADED
+    RESIDENT --(SD disabled, N_free < tau_low for T_persist steps)--> OFFLOADED
         expand the pool by N_draft blocks; the engine stalls ``expand_stall_s``
     OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low)--> RELOADING
         contract: migrate live blocks above K_boundary (stall = fixed + bytes*2 / HBM BW),
@@ -10,6 +10,8 @@
     RELOADING --(copy done)--> RESIDENT
 
 While the draft is not resident the engine plays gamma = 0 without asking the policy.
+"SD disabled" is decided by the caller (``ServerOptions.offload_trigger``): the last step
+played gamma = 0, or, stricter, the planner *chose* gamma = 0 (not an exploration probe).
 """
 
 from __future__ import annotations
@@ -75,12 +77,12 @@ class ElasticMemory:
             self.events.append(MemoryEvent(self.ready_s, "reloaded", 0))
         return self.state is DraftState.RESIDENT
 
-    def after_step(self, now_s: float, last_gamma: int, num_waiting: int) -> float:
+    def after_step(self, now_s: float, sd_disabled: bool, num_waiting: int) -> float:
         """Apply the triggers after a step; returns the stall (seconds) the engine pays."""
         free = self.pool.num_free_blocks
         tau = self.params.tau_low_blocks
         if self.state is DraftState.RESIDENT:
-            scarce = last_gamma == 0 and free < tau
+            scarce = sd_disabled and free < tau
             self.scarce_steps = self.scarce_steps + 1 if scarce else 0
             if self.scarce_steps >= self.params.persist_steps:
                 return self._expand(now_s)

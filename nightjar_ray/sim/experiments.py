@@ -32,7 +32,7 @@ from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 
-NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2"}
+NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2", "switch_cost_weight": 0.03}
 """Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
 
 
@@ -43,8 +43,10 @@ class RunKnobs:
 
     tau_low_fraction: float = 0.10
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
-    persist_steps: int = 64
+    persist_steps: int = 8
     """T_persist in scheduling steps."""
+    offload_trigger: Literal["played", "exploited"] = "exploited"
+    """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
     observed_time: Literal["step", "decode", "pure"] = "decode"
     """What policies observe (``ServerOptions.observed_time``)."""
 
@@ -130,6 +132,7 @@ def run_contender(
         elastic=elastic_params(setting, knobs) if c.elastic else None,
         seed=seed,
         observed_time=knobs.observed_time,
+        offload_trigger=knobs.offload_trigger,
     )
     policy = build_contender_policy(setting, c, seed)
     return SimServer(setting, policy, options).run(workload)

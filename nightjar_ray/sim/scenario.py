@@ -77,11 +77,20 @@ class ScenarioConfig(BaseModel):
         RunKnobs().observed_time,
         description="Step time policies observe: wall time, decode part, or pure-decode steps.",
     )
+    offload_trigger: Literal["played", "exploited"] = Field(
+        RunKnobs().offload_trigger,
+        description="SD counts as disabled after any gamma=0 step, or only an exploited one.",
+    )
     seed: int = Field(0, ge=0, description="Seed of workload, acceptance and policy RNGs.")
 
     @property
     def knobs(self) -> RunKnobs:
-        return RunKnobs(self.tau_low_fraction, self.persist_steps, self.observed_time)
+        return RunKnobs(
+            tau_low_fraction=self.tau_low_fraction,
+            persist_steps=self.persist_steps,
+            offload_trigger=self.offload_trigger,
+            observed_time=self.observed_time,
+        )
 
 
 def load_scenario(path: str | Path) -> ScenarioConfig:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from nightjar_ray.policy.base import Policy, StepResult
+from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
+from nightjar_ray.policy.nightjar import NightjarPolicy
 from nightjar_ray.sim.acceptance import AcceptanceProcess
 from nightjar_ray.sim.elastic import ElasticMemory, ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
@@ -48,6 +50,10 @@ class ServerOptions:
     draft_when_off: Literal["sync", "skip"] = "sync"
     elastic: ElasticParams | None = None
     """Elastic draft offload (needs ``draft_when_off='skip'``); None keeps the draft resident."""
+    offload_trigger: Literal["played", "exploited"] = "exploited"
+    """§6.1 condition (1), "speculative decoding is disabled": ``played``: the last step
+    played gamma = 0; ``exploited``: also, for Nightjar, that gamma = 0 came from an
+    exploitation bin (an exploration probe of gamma = 0 does not count)."""
     observed_time: Literal["step", "decode", "pure"] = "step"
     """What ``policy.observe`` is told: ``step``: every decode step with its wall time;
     ``decode``: every decode step with the time its decodes alone would take (prefill
@@ -89,6 +95,12 @@ class SimServer:
         self.acceptance = setting.acceptance_for(options.dataset)
         self.now_s = 0.0
         self.last_gamma = 0
+        self.last_num_reqs = 0
+        self._bin_explored: dict[int, bool] = {}
+        self._bucket: BucketFn | None = None
+        if isinstance(policy, NightjarPolicy) and options.offload_trigger == "exploited":
+            self._bucket = bucket_fn(policy.config.bucketing)
+            policy.bin_listener = self._on_bin
         self.records: list[RequestRecord] = []
         self.timeline: list[StepRecord] = []
         self.num_steps = 0
@@ -162,6 +174,7 @@ class SimServer:
         self.num_steps += 1
         if step.decodes:
             self.last_gamma = step.gamma
+            self.last_num_reqs = len(step.decodes)
             if not (self.options.observed_time == "pure" and step.prefills):
                 num_reqs = len(step.decodes)
                 self.policy.observe(
@@ -177,7 +190,7 @@ class SimServer:
         self._record(step, cost.total_s)
         if self.elastic is not None:
             self.now_s += self.elastic.after_step(
-                self.now_s, self.last_gamma, len(self.scheduler.waiting)
+                self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
             )
         if self.options.check_invariants:
             self.pool.check()
@@ -187,6 +200,17 @@ class SimServer:
         if self.options.observed_time != "decode" or not step.prefills:
             return total_s
         return self.cost.cost(replace(step, prefills=()), draft_runs).total_s
+
+    def _on_bin(self, key: int, _j: int, _b: int, explored: bool, _gamma: int) -> None:
+        self._bin_explored[key] = explored
+
+    def sd_disabled(self) -> bool:
+        """§6.1 condition (1) after the last step (see ``ServerOptions.offload_trigger``)."""
+        if self.last_gamma != 0:
+            return False
+        if self._bucket is None:
+            return True
+        return not self._bin_explored.get(self._bucket(self.last_num_reqs), False)
 
     def _draft_runs(self, step: ScheduledStep) -> bool:
         if not self._draft_available():

@@ -29,8 +29,9 @@ class Variant:
 
 
 def variants(
-    persist_steps: Sequence[int] = (8, 32, 128),
+    persist_steps: Sequence[int] = (2, 32, 64),
     tau_fractions: Sequence[float] = (0.05, 0.20),
+    switch_weights: Sequence[float] = (1.0, 0.1, 0.01, 0.0),
 ) -> list[Variant]:
     """One-knob-at-a-time variants around the defaults."""
     base = next(c for c in default_contenders() if c.label == "nightjar")
@@ -39,8 +40,13 @@ def variants(
         Variant("defaults", base, knobs),
         Variant("bucketing=exact", with_params(base, bucketing="exact"), knobs),
         Variant("no offload", replace(base, elastic=False), knobs),
+        Variant("trigger=played", base, replace(knobs, offload_trigger="played")),
         Variant("observe=step", base, replace(knobs, observed_time="step")),
         Variant("observe=pure", base, replace(knobs, observed_time="pure")),
+    ]
+    out += [
+        Variant(f"w_switch={w:g}", with_params(base, switch_cost_weight=w), knobs)
+        for w in switch_weights
     ]
     out += [Variant(f"T_persist={t}", base, replace(knobs, persist_steps=t)) for t in persist_steps]
     out += [

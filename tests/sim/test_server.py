@@ -184,3 +184,27 @@ def test_observed_time_modes() -> None:
     assert sum(d.duration_s for d in decode) < 0.95 * sum(s.duration_s for s in step)
     assert 0 < len(pure) < len(step)
     assert all(r.num_reqs >= 1 and r.num_draft_tokens == 2 * r.num_reqs for r in step)
+
+
+def test_offload_trigger_ignores_exploration_probes_of_gamma_zero() -> None:
+    params = {"bucketing": "pow2"}
+    strict = server(SETTING, "nightjar", params, draft_when_off="skip", elastic=_elastic())
+    literal = server(
+        SETTING,
+        "nightjar",
+        params,
+        draft_when_off="skip",
+        elastic=_elastic(),
+        offload_trigger="played",
+    )
+    for srv in (strict, literal):
+        srv.last_gamma, srv.last_num_reqs = 0, 5
+        listener = srv.policy.bin_listener  # type: ignore[attr-defined]
+        if listener is not None:
+            listener(8, 3, 1, True, 0)  # key 8 (B=5 under pow2) starts an exploration bin
+    assert not strict.sd_disabled()
+    assert literal.sd_disabled()
+    strict.policy.bin_listener(8, 3, 2, False, 0)  # type: ignore[attr-defined]
+    assert strict.sd_disabled()
+    strict.last_gamma = 2
+    assert not strict.sd_disabled()
