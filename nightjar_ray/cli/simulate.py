@@ -22,6 +22,7 @@ from nightjar_ray.sim.calibration import (
     token_latency_s,
 )
 from nightjar_ray.sim.experiments import (
+    CEILING,
     Contender,
     LoadRow,
     RunKnobs,
@@ -58,6 +59,9 @@ def register(subparsers: Any) -> None:
     cmp_p.add_argument("--gamma-max", type=int, default=4, help="Adaptive policies' Gamma_max.")
     cmp_p.add_argument("--max-fixed-gamma", type=int, default=5, help="fixed-1..this.")
     cmp_p.add_argument("--contenders", default=None, help="Comma-separated labels to run.")
+    cmp_p.add_argument(
+        "--with-ceiling", action="store_true", help="Add the gamma0+offload diagnostic."
+    )
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     cmp_p.set_defaults(func=compare)
     tune_p = sub.add_parser("tune", help="Sweep tau_low, T_persist, bucketing for nightjar.")
@@ -189,14 +193,21 @@ def write_timeline(result: SimResult, path: str) -> None:
             )
 
 
-def compare(args: argparse.Namespace) -> int:
-    setting = get_setting(args.setting)
+def _contenders(args: argparse.Namespace) -> list[Contender]:
     contenders = default_contenders(
         args.gamma_max, json.loads(args.nightjar_params), args.max_fixed_gamma
     )
+    if args.with_ceiling:
+        contenders.append(CEILING)
     if args.contenders:
         wanted = args.contenders.split(",")
         contenders = [c for c in contenders if c.label in wanted]
+    return contenders
+
+
+def compare(args: argparse.Namespace) -> int:
+    setting = get_setting(args.setting)
+    contenders = _contenders(args)
     labels = [c.label for c in contenders]
     knobs = RunKnobs(
         tau_low_fraction=args.tau_low_fraction,

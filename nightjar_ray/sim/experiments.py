@@ -87,6 +87,11 @@ def default_contenders(
     return out
 
 
+CEILING = Contender("gamma0+offload", "off", skip_draft=True, elastic=True)
+"""Diagnostic: draft loaded but never used, offloaded at the first memory pressure: the most
+any draft-loaded policy can get under load (``off`` has no draft and smaller blocks)."""
+
+
 def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
     """Trigger thresholds and operation costs of ``setting`` (per GPU of the TP group)."""
     plan = plan_memory(

@@ -38,11 +38,21 @@ def test_simulate_compare_prints_ratio_table_and_oracle(capsys: pytest.CaptureFi
             "--num-requests",
             "40",
             "--no-trace",
+            "--with-ceiling",
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
-    for label in ("nightjar", "off", "fixed-5", "vllm-static", "dsd", "ucbspec", "oracle"):
+    for label in (
+        "nightjar",
+        "off",
+        "fixed-5",
+        "vllm-static",
+        "dsd",
+        "ucbspec",
+        "oracle",
+        "gamma0+offload",
+    ):
         assert label in out
     assert "| 2 qps | " in out
 
