@@ -29,6 +29,7 @@ from nightjar_ray.sim.experiments import (
     compare_at_load,
     default_contenders,
     run_contender,
+    with_params,
 )
 from nightjar_ray.sim.metrics import SimResult, summarize
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_setting
@@ -146,14 +147,8 @@ def run_one(args: argparse.Namespace) -> int:
         (c for c in default_contenders() if c.policy == cfg.policy and c.policy != "fixed"),
         Contender(cfg.policy, cfg.policy),
     )
-    contender = Contender(
-        contender.label,
-        cfg.policy,
-        cfg.policy_params,
-        contender.use_draft,
-        contender.skip_draft,
-        contender.elastic,
-    )
+    # NOTE: the same engine setup and defaults as `compare`; the user's params override.
+    contender = with_params(contender, **cfg.policy_params)
     result = run_contender(setting, contender, workload, cfg.dataset, cfg.seed, cfg.knobs)
     print(f"setting {setting.name}, dataset {cfg.dataset}, workload {cfg.workload.arrival}")
     print("\n".join(summary_lines(cfg.policy, summarize(result))))

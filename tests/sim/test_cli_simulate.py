@@ -103,3 +103,9 @@ def test_compare_replays_the_trace_at_the_preset_rate(
     out = capsys.readouterr().out
     assert code == 0
     assert "| trace @ 3 qps |" in out
+
+
+def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "run", "--qps", "4", "--num-requests", "30", "--policy", "fixed"]
+    assert main([*args, "--policy-params", '{"gamma": 2}']) == 0
+    assert "mean gamma 2.00" in capsys.readouterr().out
