@@ -65,7 +65,7 @@ def register(subparsers: Any) -> None:
     )
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     cmp_p.set_defaults(func=compare)
-    tune_p = sub.add_parser("tune", help="Sweep tau_low, T_persist, bucketing for nightjar.")
+    tune_p = sub.add_parser("tune", help="One-knob sweeps of the Nightjar defaults.")
     _common(tune_p)
     tune_p.add_argument("--qps", default=None, help="Comma-separated loads (default: 3 of preset).")
     tune_p.set_defaults(func=tune)
