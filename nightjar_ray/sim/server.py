@@ -38,6 +38,9 @@ from nightjar_ray.sim.scheduler import ScheduledStep, SimRequest, SimScheduler
 from nightjar_ray.sim.step_cost import StepCostModel
 from nightjar_ray.sim.workload import RequestSpec
 
+LOOKAHEAD_MARGIN_TOKENS = 32
+"""Pool tokens kept free of any single request's prompt + output (gamma_max <= 16)."""
+
 
 @dataclass(frozen=True)
 class ServerOptions:
@@ -108,12 +111,15 @@ class SimServer:
 
     @property
     def max_request_tokens(self) -> int:
-        """Largest prompt + output a request may have (it must fit the pool alone)."""
+        """Largest prompt + output a request may have: it must fit the pool alone, with room
+        for the speculative lookahead (gamma + 1 <= 17 slots)."""
         cap = self.plan.num_orig_blocks * self.plan.block_size_tokens
-        return min(self.setting.target.max_model_len, cap - 8)
+        return min(self.setting.target.max_model_len, cap - LOOKAHEAD_MARGIN_TOKENS)
 
     def run(self, workload: Sequence[RequestSpec]) -> SimResult:
-        """Serve ``workload`` (sorted by arrival) to completion."""
+        """Serve ``workload`` (sorted by arrival) to completion; one run per server."""
+        if self.num_steps or self.records:
+            raise ValueError("a SimServer runs one workload; build a new one")
         self._validate(workload)
         pending = [
             SimRequest(s, AcceptanceProcess(self.acceptance, self.options.seed, s.req_id))

@@ -208,3 +208,11 @@ def test_offload_trigger_ignores_exploration_probes_of_gamma_zero() -> None:
     assert strict.sd_disabled()
     strict.last_gamma = 2
     assert not strict.sd_disabled()
+
+
+def test_a_server_runs_one_workload() -> None:
+    srv = server(SETTING, "off", {}, use_draft=False)
+    wl = poisson_workload(SETTING, 5.0, 5)
+    srv.run(wl)
+    with pytest.raises(ValueError, match="one workload"):
+        srv.run(wl)
