@@ -11,9 +11,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nightjar_ray.cli import bench_policy, demo, policy_regret
+from nightjar_ray.cli import bench_policy, demo, policy_regret, simulate
 
-COMMANDS = (demo, bench_policy, policy_regret)
+COMMANDS = (demo, bench_policy, policy_regret, simulate)
 
 
 def build_parser() -> argparse.ArgumentParser:
