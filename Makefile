@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint typecheck unit bench-policy bench-engine profile-switch-cost clean
+.PHONY: demo test lint typecheck unit bench-policy bench-sim bench-engine profile-switch-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,21 @@ bench-engine: $(VENV)/.installed-dev
 
 profile-switch-cost: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray profile-switch-cost --out switch-cost.csv
+
+# Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); needs ../shared/data.
+SIM_SETTINGS := rtx4090-7b a100-13b l20x2-32b
+bench-sim: $(VENV)/.installed-dev
+	for s in $(SIM_SETTINGS); do for n in 0 1 2; do \
+		$(BIN)/nightjar-ray simulate compare --setting $$s --no-trace --seed $$n; done; done
+	for s in $(SIM_SETTINGS); do for d in sharegpt alpaca specbench; do \
+		$(BIN)/nightjar-ray simulate compare --setting $$s --dataset $$d --trace-only; done; done
+	for s in $(SIM_SETTINGS); do \
+		$(BIN)/nightjar-ray simulate compare --setting $$s --num-requests 3000 --no-trace; done
+	$(BIN)/nightjar-ray simulate compare --setting rtx4090-7b --dataset sharegpt --trace-only \
+		--trace-qps 6
+	$(BIN)/nightjar-ray simulate compare --setting rtx4090-7b --num-requests 3000 --no-trace \
+		--with-ceiling --contenders nightjar,off,fixed-1,gamma0+offload --qps 10,20,35
+	for s in $(SIM_SETTINGS); do $(BIN)/nightjar-ray simulate tune --setting $$s; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

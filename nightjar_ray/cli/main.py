@@ -11,9 +11,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nightjar_ray.cli import bench_policy, demo, policy_regret, profile_switch_cost
+from nightjar_ray.cli import bench_policy, demo, policy_regret, profile_switch_cost, simulate
 
-COMMANDS = (demo, bench_policy, policy_regret, profile_switch_cost)
+COMMANDS = (demo, bench_policy, policy_regret, simulate, profile_switch_cost)
 
 
 def build_parser() -> argparse.ArgumentParser:

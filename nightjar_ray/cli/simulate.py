@@ -1,0 +1,284 @@
+"""``nightjar-ray simulate``: the GPU-scale discrete-event simulator (``nightjar_ray.sim``).
+
+Sub-commands::
+
+    simulate run        one policy on one workload (or --scenario FILE.json)
+    simulate compare    Table 4 line-up + oracle on a Poisson sweep and/or the trace
+    simulate calibrate  cost model vs the paper (Table 1, Table 3, per-batch SD speedup)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from typing import Any
+
+from nightjar_ray.sim.calibration import (
+    PAPER_TABLE1_MIB,
+    PAPER_TABLE3_MS,
+    kv_mib,
+    switch_cost_ms,
+    token_latency_s,
+)
+from nightjar_ray.sim.experiments import (
+    CEILING,
+    Contender,
+    LoadRow,
+    RunKnobs,
+    compare_at_load,
+    default_contenders,
+    run_contender,
+    with_params,
+)
+from nightjar_ray.sim.metrics import SimResult, summarize
+from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_setting
+from nightjar_ray.sim.report import absolute_table, ratio_table, summary_lines
+from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
+from nightjar_ray.sim.tuning import tune_row, variants
+from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("simulate", help="Simulate policies at GPU scale.")
+    sub = parser.add_subparsers(dest="sim_command", required=True)
+    run_p = sub.add_parser("run", help="One policy on one workload.")
+    _common(run_p)
+    run_p.add_argument("--policy", default="nightjar")
+    run_p.add_argument("--policy-params", default="{}", help="JSON policy config.")
+    run_p.add_argument("--arrival", choices=["poisson", "gamma", "trace"], default="poisson")
+    run_p.add_argument("--qps", type=float, default=10.0)
+    run_p.add_argument("--cv", type=float, default=2.0, help="CV of gamma arrivals.")
+    run_p.add_argument("--scenario", help="JSON scenario file (replaces the flags above).")
+    run_p.add_argument("--timeline-csv", help="Write the per-step gamma timeline here.")
+    run_p.set_defaults(func=run_one)
+    cmp_p = sub.add_parser("compare", help="Table 4 line-up and oracle, ratios to off.")
+    _common(cmp_p)
+    cmp_p.add_argument("--qps", default=None, help="Comma-separated loads (default: preset).")
+    cmp_p.add_argument("--trace-only", action="store_true", help="Skip the Poisson sweep.")
+    cmp_p.add_argument("--no-trace", action="store_true", help="Skip the trace replay.")
+    cmp_p.add_argument("--gamma-max", type=int, default=4, help="Adaptive policies' Gamma_max.")
+    cmp_p.add_argument("--max-fixed-gamma", type=int, default=5, help="fixed-1..this.")
+    cmp_p.add_argument("--contenders", default=None, help="Comma-separated labels to run.")
+    cmp_p.add_argument(
+        "--with-ceiling", action="store_true", help="Add the gamma0+offload diagnostic."
+    )
+    cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    cmp_p.set_defaults(func=compare)
+    tune_p = sub.add_parser("tune", help="One-knob sweeps of the Nightjar defaults.")
+    _common(tune_p)
+    tune_p.add_argument("--qps", default=None, help="Comma-separated loads (default: 3 of preset).")
+    tune_p.set_defaults(func=tune)
+    cal_p = sub.add_parser("calibrate", help="Cost model vs the paper's tables.")
+    cal_p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
+    cal_p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
+    cal_p.set_defaults(func=calibrate)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
+    p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
+    p.add_argument("--num-requests", type=int, default=480)
+    p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Azure trace CSV path.")
+    p.add_argument("--trace-start-s", type=float, default=0.0, help="Window start (s).")
+    p.add_argument("--trace-duration-s", type=float, default=3600.0, help="Window length (s).")
+    p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
+    p.add_argument(
+        "--trace-lengths",
+        choices=["trace", "dataset"],
+        default="dataset",
+        help="Replayed lengths: the trace's, or sampled from --dataset (paper Table 4).",
+    )
+    p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)
+    p.add_argument("--persist-steps", type=int, default=RunKnobs().persist_steps)
+    p.add_argument(
+        "--observed-time",
+        choices=["step", "decode", "pure"],
+        default=RunKnobs().observed_time,
+        help="Step time policies observe (docs/simulator.md).",
+    )
+    p.add_argument(
+        "--offload-trigger",
+        choices=["played", "exploited"],
+        default=RunKnobs().offload_trigger,
+        help="When SD counts as disabled for the offload trigger (docs/simulator.md).",
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
+    if args.scenario:
+        return load_scenario(args.scenario)
+    return ScenarioConfig(
+        setting=args.setting,
+        dataset=args.dataset,
+        policy=args.policy,
+        policy_params=json.loads(args.policy_params),
+        workload=_workload_from_args(args, args.arrival, args.qps),
+        tau_low_fraction=args.tau_low_fraction,
+        persist_steps=args.persist_steps,
+        observed_time=args.observed_time,
+        offload_trigger=args.offload_trigger,
+        seed=args.seed,
+    )
+
+
+def _workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> WorkloadConfig:
+    return WorkloadConfig.model_validate(
+        {
+            "arrival": arrival,
+            "qps": qps,
+            "cv": getattr(args, "cv", 2.0),
+            "num_requests": args.num_requests,
+            "trace_path": args.trace,
+            "trace_start_s": args.trace_start_s,
+            "trace_duration_s": args.trace_duration_s,
+            "trace_qps": args.trace_qps,
+            "trace_lengths": args.trace_lengths,
+        }
+    )
+
+
+def run_one(args: argparse.Namespace) -> int:
+    cfg = _scenario_from_args(args)
+    setting = get_setting(cfg.setting)
+    workload = build_workload(cfg.workload, setting, cfg.dataset, cfg.seed)
+    contender = next(
+        (c for c in default_contenders() if c.policy == cfg.policy and c.policy != "fixed"),
+        Contender(cfg.policy, cfg.policy),
+    )
+    # NOTE: the same engine setup and defaults as `compare`; the user's params override.
+    contender = with_params(contender, **cfg.policy_params)
+    result = run_contender(setting, contender, workload, cfg.dataset, cfg.seed, cfg.knobs)
+    print(f"setting {setting.name}, dataset {cfg.dataset}, workload {cfg.workload.arrival}")
+    print("\n".join(summary_lines(cfg.policy, summarize(result))))
+    if args.timeline_csv:
+        write_timeline(result, args.timeline_csv)
+    if cfg.workload.arrival == "trace":
+        print(f"Trace: {TRACE_ATTRIBUTION}")
+    return 0
+
+
+def write_timeline(result: SimResult, path: str) -> None:
+    """Per-step CSV: time, batch size, gamma, running, waiting, free blocks."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "time_s",
+                "duration_s",
+                "num_reqs",
+                "gamma",
+                "num_running",
+                "num_waiting",
+                "free_blocks",
+            ]
+        )
+        for s in result.timeline:
+            w.writerow(
+                [
+                    f"{s.time_s:.6f}",
+                    f"{s.duration_s:.6f}",
+                    s.num_reqs,
+                    s.gamma,
+                    s.num_running,
+                    s.num_waiting,
+                    s.num_free_blocks,
+                ]
+            )
+
+
+def _contenders(args: argparse.Namespace) -> list[Contender]:
+    contenders = default_contenders(
+        args.gamma_max, json.loads(args.nightjar_params), args.max_fixed_gamma
+    )
+    if args.with_ceiling:
+        contenders.append(CEILING)
+    if args.contenders:
+        wanted = args.contenders.split(",")
+        contenders = [c for c in contenders if c.label in wanted]
+    return contenders
+
+
+def compare(args: argparse.Namespace) -> int:
+    setting = get_setting(args.setting)
+    contenders = _contenders(args)
+    labels = [c.label for c in contenders]
+    knobs = RunKnobs(
+        tau_low_fraction=args.tau_low_fraction,
+        persist_steps=args.persist_steps,
+        offload_trigger=args.offload_trigger,
+        observed_time=args.observed_time,
+    )
+    rows: list[LoadRow] = []
+    if not args.trace_only:
+        loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
+        for qps in loads:
+            wl = build_workload(
+                _workload_from_args(args, "poisson", qps), setting, args.dataset, args.seed
+            )
+            rows.append(
+                compare_at_load(
+                    setting, contenders, wl, args.dataset, f"{qps:g} qps", args.seed, knobs
+                )
+            )
+    if not args.no_trace:
+        wl, label = trace_for_compare(args, setting)
+        rows.append(compare_at_load(setting, contenders, wl, args.dataset, label, args.seed, knobs))
+    print(f"setting {setting.name}, dataset {args.dataset}, seed {args.seed}")
+    print("\n".join(ratio_table(rows, labels)))
+    print("\nAbsolute throughput (tok/s):\n")
+    print("\n".join(absolute_table(rows, labels)))
+    if not args.no_trace:
+        print(f"\nTrace: {TRACE_ATTRIBUTION}")
+    return 0
+
+
+def trace_for_compare(
+    args: argparse.Namespace, setting: Setting
+) -> tuple[tuple[RequestSpec, ...], str]:
+    """The trace workload at ``--trace-qps`` or the setting's ``trace_qps``, and its label."""
+    qps = args.trace_qps if args.trace_qps is not None else setting.trace_qps
+    cfg = _workload_from_args(args, "trace", 1.0).model_copy(update={"trace_qps": qps})
+    return build_workload(cfg, setting, args.dataset, args.seed), f"trace @ {qps:g} qps"
+
+
+def tune(args: argparse.Namespace) -> int:
+    setting = get_setting(args.setting)
+    sweep = setting.qps_sweep
+    loads = [float(q) for q in args.qps.split(",")] if args.qps else [sweep[1], sweep[3], sweep[-1]]
+    labels = [v.label for v in variants()]
+    print(f"setting {setting.name}, dataset {args.dataset}: nightjar throughput / off")
+    print("| load | " + " | ".join(labels) + " |")
+    print("|" + "---|" * (len(labels) + 1))
+    for qps in loads:
+        wl = build_workload(
+            _workload_from_args(args, "poisson", qps), setting, args.dataset, args.seed
+        )
+        row = tune_row(setting, wl, args.dataset, args.seed)
+        print(f"| {qps:g} qps | " + " | ".join(f"{row[k]:.3f}" for k in labels) + " |")
+    return 0
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    setting = get_setting(args.setting)
+    t, d = setting.target, setting.draft
+    print(f"{setting.name}: KV bytes/token: target {t.kv_bytes_per_token}")
+    print(f"  draft {d.kv_bytes_per_token}")
+    print("Table 1 (KV MiB per sequence): context | paper 13B | sim 13B | paper 7B | sim 7B")
+    presets = SETTINGS["a100-13b"].target, SETTINGS["rtx4090-7b"].target
+    for ctx, (p13, p7) in PAPER_TABLE1_MIB.items():
+        sim13, sim7 = kv_mib(presets[0], ctx), kv_mib(presets[1], ctx)
+        print(f"  {ctx} | {p13} | {sim13:.0f} | {p7} | {sim7:.0f}")
+    print("Table 3 (C_switch ms): L | B | paper (RTX 4090, 7B) | sim")
+    for (skip, batch), ms in PAPER_TABLE3_MS.items():
+        print(f"  {skip} | {batch} | {ms:.2f} | {switch_cost_ms(setting, skip, batch):.2f}")
+    acc = setting.acceptance_for(args.dataset)
+    print(f"Decode speedup over plain decoding, context 512, acceptance {acc.mean}:")
+    for b in (1, 4, 16, 32, 64, 128, 256):
+        base = token_latency_s(setting, b, 0, 512, acc)
+        cells = " ".join(
+            f"g{g}={base / token_latency_s(setting, b, g, 512, acc):.2f}" for g in range(1, 6)
+        )
+        print(f"  B={b:<4} plain {base * 1e3:.2f} ms/token  {cells}")
+    return 0

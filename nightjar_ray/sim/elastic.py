@@ -1,0 +1,108 @@
+"""Elastic memory for the draft model: the paper's §6.1 triggers and §6.2-6.4 costs.
+
+::
+
+    RESIDENT --(SD disabled, N_free < tau_low for T_persist steps)--> OFFLOADED
+        expand the pool by N_draft blocks; the engine stalls ``expand_stall_s``
+    OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low)--> RELOADING
+        contract: migrate live blocks above K_boundary (stall = fixed + bytes*2 / HBM BW),
+        then copy S_draft host->device asynchronously (S_draft / PCIe BW, no stall)
+    RELOADING --(copy done)--> RESIDENT
+
+While the draft is not resident the engine plays gamma = 0 without asking the policy.
+"SD disabled" is decided by the caller (``ServerOptions.offload_trigger``): the last step
+played gamma = 0, or, stricter, the planner *chose* gamma = 0 (not an exploration probe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from nightjar_ray.sim.hardware import MemoryPlan
+from nightjar_ray.sim.kv_pool import BlockPool
+
+
+class DraftState(Enum):
+    RESIDENT = "resident"
+    OFFLOADED = "offloaded"
+    RELOADING = "reloading"
+
+
+@dataclass(frozen=True)
+class ElasticParams:
+    """Trigger thresholds and operation costs."""
+
+    tau_low_blocks: int
+    """Critical scarcity threshold tau_low (blocks)."""
+    persist_steps: int
+    """T_persist: consecutive scheduling steps the scarcity must last."""
+    expand_stall_s: float
+    contract_fixed_s: float
+    reload_s: float
+    """S_draft / PCIe bandwidth."""
+    migrate_s_per_block: float
+    """Read + write of one block through HBM."""
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One elastic-memory transition, for the timeline."""
+
+    time_s: float
+    kind: str
+    """'expand' (offload draft), 'contract' (start reload) or 'reloaded'."""
+    num_blocks: int
+    num_migrated_blocks: int = 0
+
+
+class ElasticMemory:
+    """Drives ``pool`` capacity between N_orig and N_scale (see module docstring)."""
+
+    def __init__(self, params: ElasticParams, plan: MemoryPlan, pool: BlockPool) -> None:
+        if params.tau_low_blocks < 0 or params.persist_steps < 1:
+            raise ValueError("tau_low_blocks must be >= 0 and persist_steps >= 1")
+        self.params = params
+        self.plan = plan
+        self.pool = pool
+        self.state = DraftState.RESIDENT
+        self.ready_s = 0.0
+        self.scarce_steps = 0
+        self.events: list[MemoryEvent] = []
+
+    def draft_available(self, now_s: float) -> bool:
+        """Whether a step starting at ``now_s`` may speculate."""
+        if self.state is DraftState.RELOADING and now_s >= self.ready_s:
+            self.state = DraftState.RESIDENT
+            self.events.append(MemoryEvent(self.ready_s, "reloaded", 0))
+        return self.state is DraftState.RESIDENT
+
+    def after_step(self, now_s: float, sd_disabled: bool, num_waiting: int) -> float:
+        """Apply the triggers after a step; returns the stall (seconds) the engine pays."""
+        free = self.pool.num_free_blocks
+        tau = self.params.tau_low_blocks
+        if self.state is DraftState.RESIDENT:
+            scarce = sd_disabled and free < tau
+            self.scarce_steps = self.scarce_steps + 1 if scarce else 0
+            if self.scarce_steps >= self.params.persist_steps:
+                return self._expand(now_s)
+        elif self.state is DraftState.OFFLOADED:
+            n_draft = self.plan.num_draft_blocks
+            if num_waiting == 0 and free > n_draft + tau and self.pool.can_contract(n_draft):
+                return self._contract(now_s)
+        return 0.0
+
+    def _expand(self, now_s: float) -> float:
+        self.pool.expand(self.plan.num_draft_blocks)
+        self.state = DraftState.OFFLOADED
+        self.scarce_steps = 0
+        self.events.append(MemoryEvent(now_s, "expand", self.plan.num_draft_blocks))
+        return self.params.expand_stall_s
+
+    def _contract(self, now_s: float) -> float:
+        migrated = self.pool.contract(self.plan.num_draft_blocks)
+        stall = self.params.contract_fixed_s + migrated * self.params.migrate_s_per_block
+        self.state = DraftState.RELOADING
+        self.ready_s = now_s + stall + self.params.reload_s
+        self.events.append(MemoryEvent(now_s, "contract", self.plan.num_draft_blocks, migrated))
+        return stall

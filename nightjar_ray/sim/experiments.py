@@ -1,0 +1,187 @@
+"""Policy comparisons: the paper's Table 4 in simulation, plus the hindsight oracle.
+
+A *contender* is a policy plus how the engine runs around it:
+
+* ``off``: no draft model loaded (the paper's "w/o SD"; all memory is KV cache);
+* ``fixed-k``, ``vllm-static``, ``dsd``, ``ucbspec``: stock vLLM behaviour (draft resident,
+  kept in sync on gamma = 0 steps);
+* ``nightjar``: skip the draft on gamma = 0 (pay C_switch on re-enable) and offload it
+  under memory pressure (paper §6), with a C_switch table profiled on the simulated
+  hardware (as ``nightjar-ray profile-switch-cost`` would on a real GPU).
+
+The oracle is the best static choice per load in hindsight: among ``off`` and
+``fixed-1..gamma_max`` the run with the highest throughput at that load.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from nightjar_ray.policy import build_policy
+from nightjar_ray.policy.base import Policy
+from nightjar_ray.policy.config import NightjarPolicyConfig
+from nightjar_ray.policy.nightjar import NightjarPolicy
+from nightjar_ray.sim.calibration import simulated_switch_cost
+from nightjar_ray.sim.elastic import ElasticParams
+from nightjar_ray.sim.hardware import plan_memory
+from nightjar_ray.sim.metrics import SimResult, Summary, summarize
+from nightjar_ray.sim.presets import Setting
+from nightjar_ray.sim.server import ServerOptions, SimServer
+from nightjar_ray.sim.workload import RequestSpec
+
+NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2", "switch_cost_weight": 0.03}
+"""Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
+
+
+@dataclass(frozen=True)
+class RunKnobs:
+    """Engine-side knobs around the policy (defaults chosen with the simulator; see
+    docs/simulator.md, "Choosing defaults")."""
+
+    tau_low_fraction: float = 0.10
+    """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
+    persist_steps: int = 8
+    """T_persist in scheduling steps."""
+    offload_trigger: Literal["played", "exploited"] = "exploited"
+    """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
+    observed_time: Literal["step", "decode", "pure"] = "decode"
+    """What policies observe (``ServerOptions.observed_time``)."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    label: str
+    policy: str
+    params: dict[str, Any] = field(default_factory=dict)
+    use_draft: bool = True
+    skip_draft: bool = False
+    elastic: bool = False
+
+
+def default_contenders(
+    gamma_max: int = 4, nightjar_params: dict[str, Any] | None = None, max_fixed_gamma: int = 5
+) -> list[Contender]:
+    """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
+
+    Adaptive policies choose among 0..``gamma_max``; nightjar starts from
+    ``NIGHTJAR_DEFAULTS`` (overridden by ``nightjar_params``).
+    """
+    g = {"gamma_max": gamma_max}
+    nightjar = {**g, **NIGHTJAR_DEFAULTS, **(nightjar_params or {})}
+    out = [
+        Contender("nightjar", "nightjar", nightjar, skip_draft=True, elastic=True),
+        Contender("off", "off", use_draft=False),
+    ]
+    out += [
+        Contender(f"fixed-{k}", "fixed", {"gamma_max": max_fixed_gamma, "gamma": k})
+        for k in range(1, max_fixed_gamma + 1)
+    ]
+    out += [
+        Contender("vllm-static", "vllm-static", g),
+        Contender("dsd", "dsd", g),
+        Contender("ucbspec", "ucbspec", g),
+    ]
+    return out
+
+
+CEILING = Contender("gamma0+offload", "off", skip_draft=True, elastic=True)
+"""Diagnostic: draft loaded but never used, offloaded at the first memory pressure: the most
+any draft-loaded policy can get under load (``off`` has no draft and smaller blocks)."""
+
+
+def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
+    """Trigger thresholds and operation costs of ``setting`` (per GPU of the TP group)."""
+    plan = plan_memory(
+        setting.hw,
+        setting.target,
+        setting.draft,
+        setting.tp,
+        setting.gpu_memory_utilization,
+        setting.activation_reserve_bytes,
+    )
+    return ElasticParams(
+        tau_low_blocks=max(1, round(knobs.tau_low_fraction * plan.num_orig_blocks)),
+        persist_steps=knobs.persist_steps,
+        expand_stall_s=setting.expand_stall_s,
+        contract_fixed_s=setting.contract_fixed_s,
+        reload_s=plan.draft_weight_bytes / setting.hw.pcie_bw_bytes_per_s,
+        migrate_s_per_block=2.0 * plan.block_bytes / setting.hw.effective_bw,
+    )
+
+
+def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
+    rng = random.Random(seed + 7919)
+    if c.policy == "nightjar":
+        config = NightjarPolicyConfig.model_validate(c.params)
+        if config.switch_cost_profile is None and config.switch_cost_ms == 0.0:
+            return NightjarPolicy(config, rng, simulated_switch_cost(setting))
+    return build_policy(c.policy, c.params, rng=rng)
+
+
+def run_contender(
+    setting: Setting,
+    c: Contender,
+    workload: Sequence[RequestSpec],
+    dataset: str,
+    seed: int,
+    knobs: RunKnobs = RunKnobs(),
+) -> SimResult:
+    """Simulate ``workload`` under contender ``c``."""
+    options = ServerOptions(
+        dataset=dataset,
+        use_draft=c.use_draft,
+        draft_when_off="skip" if c.skip_draft else "sync",
+        elastic=elastic_params(setting, knobs) if c.elastic else None,
+        seed=seed,
+        observed_time=knobs.observed_time,
+        offload_trigger=knobs.offload_trigger,
+    )
+    policy = build_contender_policy(setting, c, seed)
+    return SimServer(setting, policy, options).run(workload)
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """All contenders at one load, plus the oracle."""
+
+    load: str
+    summaries: dict[str, Summary]
+    oracle_label: str
+
+    def ratio(self, label: str, base: str = "off") -> tuple[float, float]:
+        """(throughput ratio, mean E2E latency ratio) of ``label`` to ``base``."""
+        s, b = self.summaries[label], self.summaries[base]
+        return (
+            s.throughput_tokens_per_s / b.throughput_tokens_per_s,
+            s.mean_e2e_s / b.mean_e2e_s,
+        )
+
+
+def oracle_label(summaries: dict[str, Summary]) -> str:
+    """Best static contender (off or fixed-k) by throughput; ties go to the first."""
+    static = [k for k in summaries if k == "off" or k.startswith("fixed-")] or list(summaries)
+    return max(static, key=lambda k: summaries[k].throughput_tokens_per_s)
+
+
+def compare_at_load(
+    setting: Setting,
+    contenders: Sequence[Contender],
+    workload: Sequence[RequestSpec],
+    dataset: str,
+    load: str,
+    seed: int,
+    knobs: RunKnobs = RunKnobs(),
+) -> LoadRow:
+    summaries = {
+        c.label: summarize(run_contender(setting, c, workload, dataset, seed, knobs))
+        for c in contenders
+    }
+    return LoadRow(load, summaries, oracle_label(summaries))
+
+
+def with_params(c: Contender, **params: Any) -> Contender:
+    """``c`` with extra policy params."""
+    return replace(c, params={**c.params, **params})

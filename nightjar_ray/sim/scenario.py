@@ -1,0 +1,136 @@
+"""User-facing scenario configuration (pydantic, ``extra="forbid"``) and workload building.
+
+A scenario file is JSON, for example::
+
+    {"setting": "rtx4090-7b", "dataset": "sharegpt", "policy": "nightjar",
+     "policy_params": {"gamma_max": 4},
+     "workload": {"arrival": "poisson", "qps": 10, "num_requests": 480}}
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nightjar_ray.sim.experiments import RunKnobs
+from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_dataset
+from nightjar_ray.sim.workload import (
+    DEFAULT_TRACE,
+    RequestSpec,
+    gamma_gaps,
+    poisson_gaps,
+    read_trace,
+    synthetic_workload,
+    trace_workload,
+)
+
+
+class WorkloadConfig(BaseModel):
+    """Arrivals and lengths."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    arrival: Literal["poisson", "gamma", "trace"] = Field(
+        "poisson", description="Arrival process, or replay of the Azure trace."
+    )
+    qps: float = Field(10.0, gt=0, description="Mean request rate (poisson/gamma), req/s.")
+    cv: float = Field(2.0, gt=0, description="Coefficient of variation of gamma gaps.")
+    num_requests: int = Field(480, ge=1, le=1_000_000, description="Requests (poisson/gamma).")
+    trace_path: str = Field(str(DEFAULT_TRACE), description="Azure trace CSV (arrival=trace).")
+    trace_start_s: float = Field(0.0, ge=0, description="Start of the replayed window, s.")
+    trace_duration_s: float = Field(3600.0, gt=0, description="Length of the window, s.")
+    trace_qps: float | None = Field(
+        None, gt=0, description="Replay at this mean rate (rescales time); None = as recorded."
+    )
+    trace_lengths: Literal["trace", "dataset"] = Field(
+        "trace",
+        description="Lengths of replayed requests: the trace's own, or sampled from the dataset "
+        "(trace arrivals with dataset prompts, as the paper's Table 4).",
+    )
+
+
+class ScenarioConfig(BaseModel):
+    """One simulated run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    setting: str = Field("rtx4090-7b", description=f"Preset: one of {sorted(SETTINGS)}.")
+    dataset: str = Field("sharegpt", description=f"Lengths and acceptance: {sorted(DATASETS)}.")
+    policy: str = Field("nightjar", description="Policy name (see nightjar_ray.policy).")
+    policy_params: dict[str, Any] = Field(default_factory=dict, description="Policy config.")
+    workload: WorkloadConfig = Field(
+        default_factory=lambda: WorkloadConfig.model_validate({}),
+        description="Arrivals and lengths.",
+    )
+    tau_low_fraction: float = Field(
+        RunKnobs().tau_low_fraction, ge=0, le=1, description="tau_low / N_orig (nightjar)."
+    )
+    persist_steps: int = Field(
+        RunKnobs().persist_steps, ge=1, description="T_persist in steps (nightjar)."
+    )
+    observed_time: Literal["step", "decode", "pure"] = Field(
+        RunKnobs().observed_time,
+        description="Step time policies observe: wall time, decode part, or pure-decode steps.",
+    )
+    offload_trigger: Literal["played", "exploited"] = Field(
+        RunKnobs().offload_trigger,
+        description="SD counts as disabled after any gamma=0 step, or only an exploited one.",
+    )
+    seed: int = Field(0, ge=0, description="Seed of workload, acceptance and policy RNGs.")
+
+    @property
+    def knobs(self) -> RunKnobs:
+        return RunKnobs(
+            tau_low_fraction=self.tau_low_fraction,
+            persist_steps=self.persist_steps,
+            offload_trigger=self.offload_trigger,
+            observed_time=self.observed_time,
+        )
+
+
+def load_scenario(path: str | Path) -> ScenarioConfig:
+    """Read and validate a JSON scenario; ``ValueError`` names the bad field."""
+    try:
+        return ScenarioConfig.model_validate(json.loads(Path(path).read_text()))
+    except ValidationError as e:
+        fields = ", ".join(".".join(str(p) for p in err["loc"]) for err in e.errors())
+        raise ValueError(f"{path}: invalid scenario (fields: {fields}): {e}") from e
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON: {e}") from e
+
+
+def build_workload(
+    cfg: WorkloadConfig, setting: Setting, dataset: str, seed: int
+) -> tuple[RequestSpec, ...]:
+    """The requests ``cfg`` describes (deterministic for ``seed``)."""
+    rng = random.Random(seed)
+    max_len = setting.target.max_model_len
+    if cfg.arrival == "trace":
+        window = trace_for(read_trace(cfg.trace_path), cfg, max_len)
+        if cfg.trace_lengths == "trace":
+            return window
+        arrivals = [0.0, *(r.arrival_s for r in window)]
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        return synthetic_workload(gaps, get_dataset(dataset), max_len, rng)
+    if cfg.arrival == "poisson":
+        gaps = poisson_gaps(cfg.qps, cfg.num_requests, rng)
+    else:
+        gaps = gamma_gaps(cfg.qps, cfg.cv, cfg.num_requests, rng)
+    return synthetic_workload(gaps, get_dataset(dataset), max_len, rng)
+
+
+def trace_for(
+    rows: list[tuple[float, int, int]], cfg: WorkloadConfig, max_len: int
+) -> tuple[RequestSpec, ...]:
+    """The configured trace window, rescaled to ``trace_qps`` if set."""
+    window = trace_workload(rows, cfg.trace_start_s, cfg.trace_duration_s, 1.0, max_len)
+    if cfg.trace_qps is None:
+        return window
+    recorded_qps = len(window) / cfg.trace_duration_s
+    scale = recorded_qps / cfg.trace_qps
+    return trace_workload(rows, cfg.trace_start_s, cfg.trace_duration_s, scale, max_len)

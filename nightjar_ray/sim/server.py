@@ -1,0 +1,279 @@
+"""The discrete-event serving simulator: one continuous-batching engine, step by step.
+
+Events are engine steps (the engine is never idle while work is queued) and arrivals
+(the clock jumps to the next arrival when the engine is empty). Each step::
+
+    admit arrivals -> schedule (policy.choose inside) -> roofline duration
+    -> sample acceptance, emit tokens, finish requests -> policy.observe
+    -> elastic-memory triggers (may stall the engine)
+
+The policy is the very object the engine uses (``nightjar_ray.policy``). Clock and RNG
+are explicit: a run is a pure function of (setting, policy, options, workload, seed).
+
+Draft participation when a step plays gamma = 0 (``ServerOptions.draft_when_off``):
+
+* ``sync``: the draft still runs one pass over the step's tokens (stock vLLM keeps the
+  drafter's KV in sync this way; verified-facts), so re-enabling is free but gamma=0 is not;
+* ``skip``: the draft does not run (Nightjar); its KV lags, and the next speculative step
+  pays the catch-up (C_switch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from nightjar_ray.policy.base import Policy, StepResult
+from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
+from nightjar_ray.policy.nightjar import NightjarPolicy
+from nightjar_ray.sim.acceptance import AcceptanceProcess
+from nightjar_ray.sim.elastic import ElasticMemory, ElasticParams
+from nightjar_ray.sim.hardware import plan_memory
+from nightjar_ray.sim.kv_pool import BlockPool
+from nightjar_ray.sim.metrics import RequestRecord, SimResult, StepRecord
+from nightjar_ray.sim.presets import Setting
+from nightjar_ray.sim.roofline import Roofline
+from nightjar_ray.sim.scheduler import ScheduledStep, SimRequest, SimScheduler
+from nightjar_ray.sim.step_cost import StepCostModel
+from nightjar_ray.sim.workload import RequestSpec
+
+LOOKAHEAD_MARGIN_TOKENS = 32
+"""Pool tokens kept free of any single request's prompt + output (gamma_max <= 16)."""
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the simulated engine runs around the policy."""
+
+    dataset: str = "sharegpt"
+    """Acceptance profile of the setting to use."""
+    use_draft: bool = True
+    """False: no draft model is loaded at all (plain decoding; all its memory is KV)."""
+    draft_when_off: Literal["sync", "skip"] = "sync"
+    elastic: ElasticParams | None = None
+    """Elastic draft offload (needs ``draft_when_off='skip'``); None keeps the draft resident."""
+    offload_trigger: Literal["played", "exploited"] = "exploited"
+    """§6.1 condition (1), "speculative decoding is disabled": ``played``: the last step
+    played gamma = 0; ``exploited``: also, for Nightjar, that gamma = 0 came from an
+    exploitation bin (an exploration probe of gamma = 0 does not count)."""
+    observed_time: Literal["step", "decode", "pure"] = "step"
+    """What ``policy.observe`` is told: ``step``: every decode step with its wall time;
+    ``decode``: every decode step with the time its decodes alone would take (prefill
+    chunks sharing the step removed via the cost model); ``pure``: only steps without
+    prefill chunks (what an engine can do without a cost model)."""
+    seed: int = 0
+    check_invariants: bool = False
+    """Check block accounting after every step (slow; tests)."""
+
+
+class SimServer:
+    """See module docstring."""
+
+    def __init__(self, setting: Setting, policy: Policy, options: ServerOptions) -> None:
+        if options.elastic is not None and options.draft_when_off != "skip":
+            raise ValueError("elastic draft offload needs draft_when_off='skip'")
+        self.setting, self.policy, self.options = setting, policy, options
+        draft = setting.draft if options.use_draft else None
+        self.plan = plan_memory(
+            setting.hw,
+            setting.target,
+            draft,
+            setting.tp,
+            setting.gpu_memory_utilization,
+            setting.activation_reserve_bytes,
+        )
+        self.pool = BlockPool(self.plan.num_orig_blocks, self.plan.block_size_tokens)
+        self.scheduler = SimScheduler(
+            self.pool, setting.max_num_seqs, setting.max_num_batched_tokens
+        )
+        self.cost = StepCostModel(
+            Roofline(setting.hw, setting.target, setting.tp, setting.overheads),
+            Roofline(setting.hw, setting.draft, setting.tp, setting.overheads) if draft else None,
+            setting.overheads,
+        )
+        self.elastic = (
+            ElasticMemory(options.elastic, self.plan, self.pool) if options.elastic else None
+        )
+        self.acceptance = setting.acceptance_for(options.dataset)
+        self.now_s = 0.0
+        self.last_gamma = 0
+        self.last_num_reqs = 0
+        self._bin_explored: dict[int, bool] = {}
+        self._bucket: BucketFn | None = None
+        if isinstance(policy, NightjarPolicy) and options.offload_trigger == "exploited":
+            self._bucket = bucket_fn(policy.config.bucketing)
+            policy.bin_listener = self._on_bin
+        self.records: list[RequestRecord] = []
+        self.timeline: list[StepRecord] = []
+        self.num_steps = 0
+        self.catchup_s = 0.0
+
+    @property
+    def max_request_tokens(self) -> int:
+        """Largest prompt + output a request may have: it must fit the pool alone, with room
+        for the speculative lookahead (gamma + 1 <= 17 slots)."""
+        cap = self.plan.num_orig_blocks * self.plan.block_size_tokens
+        return min(self.setting.target.max_model_len, cap - LOOKAHEAD_MARGIN_TOKENS)
+
+    def run(self, workload: Sequence[RequestSpec]) -> SimResult:
+        """Serve ``workload`` (sorted by arrival) to completion; one run per server."""
+        if self.num_steps or self.records:
+            raise ValueError("a SimServer runs one workload; build a new one")
+        self._validate(workload)
+        pending = [
+            SimRequest(s, AcceptanceProcess(self.acceptance, self.options.seed, s.req_id))
+            for s in workload
+        ]
+        next_idx = 0
+        while next_idx < len(pending) or self.scheduler.waiting or self.scheduler.running:
+            while next_idx < len(pending) and pending[next_idx].spec.arrival_s <= self.now_s:
+                self.scheduler.add(pending[next_idx])
+                next_idx += 1
+            if not self.scheduler.waiting and not self.scheduler.running:
+                self.now_s = pending[next_idx].spec.arrival_s
+                continue
+            self._step()
+        return SimResult(
+            tuple(sorted(self.records, key=lambda r: r.req_id)),
+            tuple(self.timeline),
+            tuple(self.elastic.events) if self.elastic else (),
+            self.num_steps,
+            self.scheduler.num_preemptions,
+            self.catchup_s,
+        )
+
+    def _validate(self, workload: Sequence[RequestSpec]) -> None:
+        last = 0.0
+        for spec in workload:
+            if spec.arrival_s < last:
+                raise ValueError("workload must be sorted by arrival_s")
+            if spec.num_prompt_tokens + spec.num_output_tokens > self.max_request_tokens:
+                raise ValueError(
+                    f"request {spec.req_id} needs {spec.num_prompt_tokens} + "
+                    f"{spec.num_output_tokens} tokens > {self.max_request_tokens} that fit"
+                )
+            last = spec.arrival_s
+
+    def _draft_available(self) -> bool:
+        if not self.options.use_draft:
+            return False
+        return self.elastic is None or self.elastic.draft_available(self.now_s)
+
+    def _choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        if not self._draft_available():
+            return 0
+        return self.policy.choose(num_reqs, max_skip_tokens)
+
+    def _step(self) -> None:
+        step = self.scheduler.schedule(self._choose)
+        if step.is_empty:
+            # NOTE: every running request is a prefill that found no blocks; free some.
+            self.scheduler.preempt(self.scheduler.running[-1])
+            return
+        draft_runs = self._draft_runs(step)
+        cost = self.cost.cost(step, draft_runs)
+        observed_s = self._observed_s(step, draft_runs, cost.total_s)  # before state changes
+        self.now_s += cost.total_s
+        self.catchup_s += cost.catchup_s
+        num_tokens, num_accepted = self._apply(step, draft_runs)
+        self.num_steps += 1
+        if step.decodes:
+            self.last_gamma = step.gamma
+            self.last_num_reqs = len(step.decodes)
+            if not (self.options.observed_time == "pure" and step.prefills):
+                num_reqs = len(step.decodes)
+                self.policy.observe(
+                    StepResult(
+                        num_reqs,
+                        step.gamma,
+                        num_tokens,
+                        observed_s,
+                        num_reqs * step.gamma,
+                        num_accepted,
+                    )
+                )
+        self._record(step, cost.total_s)
+        if self.elastic is not None:
+            self.now_s += self.elastic.after_step(
+                self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
+            )
+        if self.options.check_invariants:
+            self.pool.check()
+
+    def _observed_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
+        """Step time the policy is told: wall time, or the decode-only part (see options)."""
+        if self.options.observed_time != "decode" or not step.prefills:
+            return total_s
+        return self.cost.cost(replace(step, prefills=()), draft_runs).total_s
+
+    def _on_bin(self, key: int, _j: int, _b: int, explored: bool, _gamma: int) -> None:
+        self._bin_explored[key] = explored
+
+    def sd_disabled(self) -> bool:
+        """§6.1 condition (1) after the last step (see ``ServerOptions.offload_trigger``)."""
+        if self.last_gamma != 0:
+            return False
+        if self._bucket is None:
+            return True
+        return not self._bin_explored.get(self._bucket(self.last_num_reqs), False)
+
+    def _draft_runs(self, step: ScheduledStep) -> bool:
+        if not self._draft_available():
+            return False
+        if self.options.draft_when_off == "sync":
+            return True
+        return step.gamma > 0 if step.decodes else self.last_gamma > 0
+
+    def _apply(self, step: ScheduledStep, draft_runs: bool) -> tuple[int, int]:
+        """Emit tokens; returns (decode tokens emitted, draft tokens accepted)."""
+        gamma, num_tokens, num_accepted = step.gamma, 0, 0
+        for req in step.decodes:
+            accepted = req.acceptance.accepted(gamma) if gamma else 0
+            emitted = min(1 + accepted, req.num_remaining_output)
+            num_accepted += accepted
+            num_tokens += emitted
+            req.num_computed += emitted
+            req.num_generated += emitted
+            req.draft_lag = 0 if draft_runs else req.draft_lag + 1
+            if req.num_remaining_output == 0:
+                self._finish(req)
+        for req, chunk in step.prefills:
+            req.num_computed += chunk
+            req.draft_lag = 0 if draft_runs else req.draft_lag + chunk
+            if not req.is_prefilling:
+                req.num_generated += 1
+                if req.first_token_s is None:
+                    req.first_token_s = self.now_s
+                if req.num_remaining_output == 0:
+                    self._finish(req)
+        return num_tokens, num_accepted
+
+    def _finish(self, req: SimRequest) -> None:
+        self.scheduler.finish(req)
+        assert req.first_token_s is not None
+        spec = req.spec
+        self.records.append(
+            RequestRecord(
+                spec.req_id,
+                spec.arrival_s,
+                req.first_token_s,
+                self.now_s,
+                spec.num_prompt_tokens,
+                spec.num_output_tokens,
+                req.num_preemptions,
+            )
+        )
+
+    def _record(self, step: ScheduledStep, duration_s: float) -> None:
+        self.timeline.append(
+            StepRecord(
+                self.now_s,
+                duration_s,
+                len(step.decodes),
+                step.gamma,
+                len(self.scheduler.running),
+                len(self.scheduler.waiting),
+                self.pool.num_free_blocks,
+            )
+        )

@@ -1,0 +1,111 @@
+"""``nightjar-ray simulate`` smoke tests (small configurations)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nightjar_ray.cli.main import main
+from nightjar_ray.sim.scenario import load_scenario
+
+
+def test_simulate_run_prints_metrics_and_writes_timeline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeline = tmp_path / "timeline.csv"
+    code = main(
+        ["simulate", "run", "--qps", "8", "--num-requests", "40", "--timeline-csv", str(timeline)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "throughput" in out and "TTFT" in out and "TPOT" in out and "E2E" in out
+    lines = timeline.read_text().splitlines()
+    assert lines[0].startswith("time_s,duration_s,num_reqs,gamma")
+    assert len(lines) > 10
+
+
+def test_simulate_compare_prints_ratio_table_and_oracle(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "simulate",
+            "compare",
+            "--setting",
+            "a100-13b",
+            "--qps",
+            "2",
+            "--num-requests",
+            "40",
+            "--no-trace",
+            "--with-ceiling",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    for label in (
+        "nightjar",
+        "off",
+        "fixed-5",
+        "vllm-static",
+        "dsd",
+        "ucbspec",
+        "oracle",
+        "gamma0+offload",
+    ):
+        assert label in out
+    assert "| 2 qps | " in out
+
+
+def test_simulate_calibrate(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "calibrate", "--setting", "l20x2-32b"]) == 0
+    out = capsys.readouterr().out
+    assert "Table 1" in out and "Table 3" in out and "17.87" in out
+
+
+def test_scenario_file_runs_and_unknown_field_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(
+        json.dumps(
+            {"setting": "l20x2-32b", "policy": "dsd", "workload": {"qps": 1.0, "num_requests": 20}}
+        )
+    )
+    assert main(["simulate", "run", "--scenario", str(good)]) == 0
+    assert "dsd" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"workload": {"qps": 1.0, "burst": 3}}))
+    with pytest.raises(ValueError, match=r"workload\.burst"):
+        load_scenario(bad)
+
+
+def test_compare_replays_the_trace_at_the_preset_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"2023-11-16 18:{m:02d}:{s:02d}.0000000,100,20" for m in range(10) for s in (0, 30)]
+    trace.write_text("\n".join(rows) + "\n")
+    code = main(
+        [
+            "simulate",
+            "compare",
+            "--setting",
+            "l20x2-32b",
+            "--trace-only",
+            "--trace",
+            str(trace),
+            "--contenders",
+            "off,fixed-1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| trace @ 3 qps |" in out
+
+
+def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "run", "--qps", "4", "--num-requests", "30", "--policy", "fixed"]
+    assert main([*args, "--policy-params", '{"gamma": 2}']) == 0
+    assert "mean gamma 2.00" in capsys.readouterr().out

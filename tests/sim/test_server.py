@@ -1,0 +1,218 @@
+"""The serving simulator: determinism, token accounting, preemption, elastic memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from nightjar_ray.policy import PolicyStats, StepResult
+from nightjar_ray.policy.base import Policy
+from nightjar_ray.sim.elastic import ElasticParams
+from nightjar_ray.sim.experiments import RunKnobs, elastic_params
+from nightjar_ray.sim.metrics import summarize
+from nightjar_ray.sim.presets import get_setting
+from nightjar_ray.sim.server import ServerOptions, SimServer
+from nightjar_ray.sim.workload import RequestSpec
+from tests.sim.simhelpers import poisson_workload, server, small_memory_setting
+
+SETTING = get_setting("rtx4090-7b")
+
+
+def test_same_seed_same_run_and_other_seed_differs() -> None:
+    wl = poisson_workload(SETTING, 10.0, 120)
+    runs = [
+        server(SETTING, "nightjar", {"bucketing": "pow2"}, draft_when_off="skip", seed=s).run(wl)
+        for s in (5, 5, 6)
+    ]
+    assert runs[0] == runs[1]
+    assert runs[0].timeline != runs[2].timeline
+
+
+def test_every_request_finishes_with_its_tokens() -> None:
+    wl = poisson_workload(SETTING, 20.0, 150)
+    result = server(SETTING, "fixed", {"gamma": 3}, check_invariants=True).run(wl)
+    assert len(result.records) == len(wl)
+    for spec, rec in zip(wl, result.records, strict=True):
+        assert rec.num_output_tokens == spec.num_output_tokens
+        assert spec.arrival_s <= rec.first_token_s <= rec.finish_s
+
+
+def test_preemption_by_recompute_under_memory_pressure() -> None:
+    setting = small_memory_setting()
+    wl = poisson_workload(setting, 30.0, 200)
+    srv = server(setting, "fixed", {"gamma": 4}, check_invariants=True)
+    result = srv.run(wl)
+    assert result.num_preemptions > 0
+    assert len(result.records) == len(wl)
+    assert any(r.num_preemptions > 0 for r in result.records)
+    assert srv.pool.num_free_blocks == srv.pool.num_blocks
+
+
+def test_no_draft_means_more_blocks_and_gamma_zero() -> None:
+    with_draft = server(SETTING, "fixed", {"gamma": 2})
+    without = server(SETTING, "off", {}, use_draft=False)
+    assert without.plan.num_orig_blocks > with_draft.plan.num_orig_blocks
+    result = without.run(poisson_workload(SETTING, 5.0, 30))
+    assert all(s.gamma == 0 for s in result.timeline)
+
+
+def test_request_too_large_for_pool_is_rejected() -> None:
+    srv = server(small_memory_setting(), "off", {}, use_draft=False)
+    big = RequestSpec(0, 0.0, srv.max_request_tokens, 8)
+    with pytest.raises(ValueError, match="tokens"):
+        srv.run([big])
+
+
+def test_skip_mode_pays_catch_up_and_sync_mode_does_not() -> None:
+    wl = poisson_workload(SETTING, 10.0, 80)
+    params = {"num_speculative_tokens_per_batch_size": [(1, 8, 3), (9, 1 << 20, 0)]}
+    skip = server(SETTING, "vllm-static", params, draft_when_off="skip").run(wl)
+    sync = server(SETTING, "vllm-static", params, draft_when_off="sync").run(wl)
+    assert skip.catchup_s > 0.0
+    assert sync.catchup_s == 0.0
+
+
+def _elastic(setting_name: str = "rtx4090-7b", persist: int = 4) -> ElasticParams:
+    return elastic_params(get_setting(setting_name), RunKnobs(0.10, persist))
+
+
+def test_offload_under_pressure_then_reload_when_quiet() -> None:
+    setting = small_memory_setting()
+    burst = poisson_workload(setting, 40.0, 150)
+    quiet_start = burst[-1].arrival_s + 120.0
+    tail = [RequestSpec(1000 + i, quiet_start + i * 2.0, 50, 20) for i in range(5)]
+    srv = server(
+        setting, "off", {}, draft_when_off="skip", elastic=_elastic(), check_invariants=True
+    )
+    result = srv.run([*burst, *tail])
+    kinds = [e.kind for e in result.memory_events]
+    assert kinds[:3] == ["expand", "contract", "reloaded"]
+    expand = result.memory_events[0]
+    assert expand.num_blocks == srv.plan.num_draft_blocks
+    assert summarize(result).num_offloads >= 1
+    assert srv.pool.num_blocks == srv.plan.num_orig_blocks  # contracted back
+
+
+def test_no_offload_while_speculating() -> None:
+    setting = small_memory_setting()
+    wl = poisson_workload(setting, 40.0, 150)
+    srv = server(setting, "fixed", {"gamma": 2}, draft_when_off="skip", elastic=_elastic())
+    assert srv.run(wl).memory_events == ()
+
+
+def test_persist_window_delays_offload() -> None:
+    setting = small_memory_setting()
+    wl = poisson_workload(setting, 40.0, 150)
+    first = []
+    for persist in (1, 64):
+        srv = server(setting, "off", {}, draft_when_off="skip", elastic=_elastic(persist=persist))
+        events = srv.run(wl).memory_events
+        first.append(events[0].time_s)
+    assert first[0] < first[1]
+
+
+def test_gamma_is_zero_while_the_draft_is_offloaded() -> None:
+    setting = small_memory_setting()
+    wl = poisson_workload(setting, 40.0, 150)
+    srv = server(
+        setting,
+        "vllm-static",
+        {"num_speculative_tokens_per_batch_size": [(1, 2, 2), (3, 1 << 20, 0)]},
+        draft_when_off="skip",
+        elastic=_elastic(),
+    )
+    result = srv.run(wl)
+    events = result.memory_events
+    assert events and events[0].kind == "expand"
+    end = next((e.time_s for e in events if e.kind == "reloaded"), float("inf"))
+    offloaded = [s for s in result.timeline if events[0].time_s < s.time_s < end]
+    assert offloaded and all(s.gamma == 0 for s in offloaded)
+
+
+def test_elastic_requires_skip_mode() -> None:
+    with pytest.raises(ValueError, match="skip"):
+        server(SETTING, "off", {}, draft_when_off="sync", elastic=_elastic())
+
+
+def test_memory_plan_follows_paper_section_6() -> None:
+    plan = server(SETTING, "off", {}).plan
+    assert plan.num_draft_blocks == -(-SETTING.draft.weight_bytes // plan.block_bytes)
+    assert plan.num_scale_blocks == plan.num_orig_blocks + plan.num_draft_blocks
+    small = server(small_memory_setting(), "off", {}).plan
+    assert small.num_orig_blocks < plan.num_orig_blocks
+
+
+class _Recorder(Policy):
+    """Plays a fixed gamma and records every StepResult it is shown."""
+
+    name = "recorder"
+
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+        self.results: list[StepResult] = []
+
+    @property
+    def gamma_max(self) -> int:
+        return self.gamma
+
+    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        return self.gamma
+
+    def observe(self, result: StepResult) -> None:
+        self.results.append(result)
+
+    def export_stats(self) -> PolicyStats:
+        return PolicyStats(self.name)
+
+    def load_stats(self, stats: PolicyStats) -> None:
+        pass
+
+
+def _observed(mode: str) -> tuple[list[StepResult], list[float]]:
+    policy = _Recorder(2)
+    srv = SimServer(SETTING, policy, ServerOptions(observed_time=mode))  # type: ignore[arg-type]
+    result = srv.run(poisson_workload(SETTING, 15.0, 120))
+    return policy.results, [s.duration_s for s in result.timeline if s.num_reqs]
+
+
+def test_observed_time_modes() -> None:
+    step, wall = _observed("step")
+    decode, _ = _observed("decode")
+    pure, _ = _observed("pure")
+    assert len(step) == len(decode) == len(wall)
+    assert [r.duration_s for r in step] == pytest.approx(wall)
+    assert all(d.duration_s <= s.duration_s + 1e-12 for d, s in zip(decode, step, strict=True))
+    assert sum(d.duration_s for d in decode) < 0.95 * sum(s.duration_s for s in step)
+    assert 0 < len(pure) < len(step)
+    assert all(r.num_reqs >= 1 and r.num_draft_tokens == 2 * r.num_reqs for r in step)
+
+
+def test_offload_trigger_ignores_exploration_probes_of_gamma_zero() -> None:
+    params = {"bucketing": "pow2"}
+    strict = server(SETTING, "nightjar", params, draft_when_off="skip", elastic=_elastic())
+    literal = server(
+        SETTING,
+        "nightjar",
+        params,
+        draft_when_off="skip",
+        elastic=_elastic(),
+        offload_trigger="played",
+    )
+    for srv in (strict, literal):
+        srv.last_gamma, srv.last_num_reqs = 0, 5
+        listener = srv.policy.bin_listener  # type: ignore[attr-defined]
+        if listener is not None:
+            listener(8, 3, 1, True, 0)  # key 8 (B=5 under pow2) starts an exploration bin
+    assert not strict.sd_disabled()
+    assert literal.sd_disabled()
+    strict.policy.bin_listener(8, 3, 2, False, 0)  # type: ignore[attr-defined]
+    assert strict.sd_disabled()
+    strict.last_gamma = 2
+    assert not strict.sd_disabled()
+
+
+def test_a_server_runs_one_workload() -> None:
+    srv = server(SETTING, "off", {}, use_draft=False)
+    wl = poisson_workload(SETTING, 5.0, 5)
+    srv.run(wl)
+    with pytest.raises(ValueError, match="one workload"):
+        srv.run(wl)
