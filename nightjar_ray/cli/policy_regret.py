@@ -20,6 +20,8 @@ from nightjar_ray.sim.loop import PolicyLoop
 VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("nightjar exact", "nightjar", {"bucketing": "exact"}),
     ("nightjar pow2", "nightjar", {"bucketing": "pow2"}),
+    ("nightjar tw", "nightjar", {"latency_estimator": "token-weighted"}),
+    ("nightjar tw pow2", "nightjar", {"latency_estimator": "token-weighted", "bucketing": "pow2"}),
     ("ucbspec", "ucbspec", {}),
     ("exp3spec", "exp3spec", {}),
     ("dsd", "dsd", {}),
@@ -53,7 +55,7 @@ def regret_per_step(
 def run(args: argparse.Namespace) -> int:
     env = measured_cpu_env()
     print("Relative pseudo-regret per step (mean excess latency/token over the per-B best arm)")
-    print(f"{'policy':<15} " + " ".join(f"{'T=' + str(t):>10}" for t in args.horizons))
+    print(f"{'policy':<17} " + " ".join(f"{'T=' + str(t):>10}" for t in args.horizons))
     for label, name, params in VARIANTS:
         cells = []
         for horizon in args.horizons:
@@ -63,5 +65,5 @@ def run(args: argparse.Namespace) -> int:
                 batches = [rng.randint(1, args.max_batch) for _ in range(horizon)]
                 values.append(regret_per_step(name, params, env, batches, seed))
             cells.append(f"{statistics.fmean(values):10.4f}")
-        print(f"{label:<15} " + " ".join(cells))
+        print(f"{label:<17} " + " ".join(cells))
     return 0

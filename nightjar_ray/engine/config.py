@@ -11,11 +11,14 @@ scheduler (engine-core process) and to every worker, which re-validate it
 
 from __future__ import annotations
 
+import json
+import random
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nightjar_ray.policy import PolicyConfig, policy_config
+from nightjar_ray.policy import Policy, PolicyConfig, build_policy, policy_config
 from nightjar_ray.policy.registry import load_switch_cost
 
 ADDITIONAL_CONFIG_KEY = "nightjar"
@@ -64,6 +67,13 @@ class NightjarConfig(BaseModel):
             "(vLLM's dynamic-SD rule)."
         ),
     )
+    policy_snapshot: str | None = Field(
+        default=None,
+        description=(
+            "Warm start: a JSON file written from `policy.snapshot()` (statistics and "
+            "schedule state) of the same policy; the engine's policy starts from it."
+        ),
+    )
     seed: int = Field(default=0, description="Seed of the policy's RNG.")
     decision_log_path: str | None = Field(
         default=None, description="If set, the scheduler appends one JSON line per step here."
@@ -80,7 +90,19 @@ class NightjarConfig(BaseModel):
                 load_switch_cost(self.switch_cost_profile, 0.0)
             except (OSError, ValueError) as e:
                 raise ValueError(f"switch_cost_profile: {e}") from e
+        if self.policy_snapshot is not None:
+            self.build_policy()
         return self
+
+    def build_policy(self) -> Policy:
+        """The engine's policy, restored from ``policy_snapshot`` when one is set."""
+        policy = build_policy(self.policy, self.policy_config(), rng=random.Random(self.seed))
+        if self.policy_snapshot is not None:
+            try:
+                policy.restore(json.loads(Path(self.policy_snapshot).read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"policy_snapshot: {e!r}") from e
+        return policy
 
     def policy_config(self) -> PolicyConfig:
         """The validated policy config; ``ValueError`` names the bad field."""

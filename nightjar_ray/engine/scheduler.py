@@ -15,7 +15,6 @@ serves both modes.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import IO, Any
 
@@ -25,7 +24,6 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.policy import build_policy
 
 
 def _open_log(path: str | None) -> IO[str] | None:
@@ -45,9 +43,8 @@ class NightjarScheduler(Scheduler):
         super().__init__(vllm_config, *args, **kwargs)
         self.nightjar_config = NightjarConfig.from_additional_config(vllm_config.additional_config)
         cfg = self.nightjar_config
-        policy = build_policy(cfg.policy, cfg.policy_config(), rng=random.Random(cfg.seed))
         self.nightjar = Stepper(
-            policy,
+            cfg.build_policy(),
             gamma_cap=self.num_spec_tokens,
             clock=time.perf_counter,
             count_scheduled=cfg.batch_size_rule == "scheduled",

@@ -41,6 +41,14 @@ class NightjarPolicyConfig(PolicyConfig):
     switch_cost_weight: float = Field(
         1.0, ge=0.0, description="Multiplier on the Eq. 4 penalty (1.0 = paper)."
     )
+    latency_estimator: Literal["step-mean", "token-weighted"] = Field(
+        "step-mean",
+        description=(
+            "How l~[B, gamma] averages steps: 'step-mean' is the mean of per-step "
+            "duration/tokens (paper §4.2); 'token-weighted' is sum(duration)/sum(tokens), "
+            "the long-run latency per token, unbiased when tokens per step vary (small B)."
+        ),
+    )
 
 
 class FixedPolicyConfig(PolicyConfig):

@@ -13,7 +13,10 @@ arm in {0..Gamma_max}) and otherwise exploits Eq. (4)::
 
 where l~ is the incremental mean of observed latency per token (duration /
 emitted tokens), not the inverse of mean goodput, and gamma_prev is the gamma
-of the previous step (any batch size). A bin ends when tau_B > sqrt(H_B), a
+of the previous step (any batch size). ``latency_estimator="token-weighted"``
+(beyond the paper) uses sum(duration)/sum(tokens) instead: with one request a
+step emits 1..gamma+1 tokens, and the mean of d/n then overrates high gamma
+(Jensen: E[d/n] > d/E[n]); see docs/policies.md. A bin ends when tau_B > sqrt(H_B), a
 block when b_B > sqrt(H_B); then j_B += 1 and H_B = 2^(j_B - 1).
 
 Arms never observed (exploitation's open question): an exploitation bin plays
@@ -85,6 +88,7 @@ class NightjarPolicy(Policy):
         self._key = bucket_fn(config.bucketing)
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
+        self._token_weighted = config.latency_estimator == "token-weighted"
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
         self._prev_gamma = 0
@@ -143,8 +147,14 @@ class NightjarPolicy(Policy):
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
+        # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
+        # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
+        weight = float(result.num_tokens) if self._token_weighted else 1.0
         self._table.update(
-            self._key(result.num_reqs), result.gamma, result.duration_s / result.num_tokens
+            self._key(result.num_reqs),
+            result.gamma,
+            result.duration_s / result.num_tokens,
+            weight,
         )
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:

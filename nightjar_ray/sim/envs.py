@@ -41,9 +41,12 @@ CPU_S005_ACCEPTANCE = {0: 0.0, 1: 0.57, 2: 0.44, 3: 0.35, 4: 0.29}
 class StationaryEnv:
     """Latency per token per (B, gamma) with multiplicative log-normal noise.
 
-    A step of ``B`` requests at ``gamma`` emits ``B * (1 + acceptance[gamma] * gamma)``
-    tokens on average (binomial draws per request) and lasts
-    ``tokens * latency(B, gamma) * noise``. Re-enabling speculation after a
+    A step of ``B`` requests at ``gamma`` emits accepted runs drawn per request
+    (each draft position accepted with probability ``acceptance[gamma]`` until the
+    first rejection) plus one bonus token each. Its duration does not depend on
+    what was accepted, as on a real engine: ``E[tokens] * latency(B, gamma) * noise``,
+    so the long-run latency per token is ``latency(B, gamma)`` while a single step's
+    ``duration / tokens`` varies with its draw. Re-enabling speculation after a
     gamma=0 step adds ``switch_cost_s(L_max, B)`` to the step (the draft catch-up).
     """
 
@@ -59,7 +62,8 @@ class StationaryEnv:
         alpha = self.acceptance.get(gamma, 0.0)
         accepted = sum(_accepted_run(gamma, alpha, rng) for _ in range(num_reqs))
         num_tokens = num_reqs + accepted
-        duration = num_tokens * self.latency_per_token_s(num_reqs, gamma)
+        expected = num_reqs * (1.0 + expected_accepted(gamma, alpha))
+        duration = expected * self.latency_per_token_s(num_reqs, gamma)
         duration *= math.exp(rng.gauss(0.0, self.noise_sigma))
         if prev_gamma == 0 and gamma > 0:
             duration += self.switch_cost_s(max_skip_tokens, num_reqs)

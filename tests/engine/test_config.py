@@ -69,3 +69,26 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
 def test_engine_args_reject_conflicts(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         args(NightjarConfig(), **kw)
+
+
+def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:
+    import json
+    import random
+
+    from nightjar_ray.policy import StepResult, build_policy
+
+    params = {"latency_estimator": "token-weighted"}
+    trained = build_policy("nightjar", {"gamma_max": 4, **params}, rng=random.Random(3))
+    for step in range(2000):
+        gamma = trained.choose(8, 0)
+        trained.observe(StepResult(8, gamma, 8 + gamma, 0.01 + 0.001 * gamma + step * 1e-9))
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(trained.snapshot()))
+    config = NightjarConfig(policy_params=params, policy_snapshot=str(path))
+    assert config.build_policy().snapshot() == trained.snapshot()
+    # a snapshot of another policy, or no file, fails before vLLM starts, naming the field
+    path.write_text(json.dumps(build_policy("dsd", {}, rng=random.Random(0)).snapshot()))
+    with pytest.raises(ValueError, match="policy_snapshot"):
+        NightjarConfig(policy_snapshot=str(path))
+    with pytest.raises(ValueError, match="policy_snapshot"):
+        NightjarConfig(policy_snapshot=str(tmp_path / "missing.json"))

@@ -22,19 +22,47 @@ def _nightjar(seed: int, **params: object) -> NightjarPolicy:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_best_arm_dominates_exploitation_after_warmup(seed: int) -> None:
-    """On the recorded CPU environment (best gamma 2, 1, 0, 0 at B = 1, 4, 16, 48)."""
+@pytest.mark.parametrize(
+    ("estimator", "batches"),
+    [("token-weighted", BATCHES), ("step-mean", (4, 16, 48))],
+)
+def test_best_arm_dominates_exploitation_after_warmup(
+    seed: int, estimator: str, batches: tuple[int, ...]
+) -> None:
+    """On the recorded CPU environment (best gamma 2, 1, 0, 0 at B = 1, 4, 16, 48).
+
+    The paper's step-mean estimator is checked where a step averages over several
+    requests; at B=1 it is biased (next test)."""
     env = measured_cpu_env()
-    trace = Trace(_nightjar(seed), env, seed)
+    trace = Trace(_nightjar(seed, latency_estimator=estimator), env, seed)
     rng = random.Random(100 + seed)
     num_steps = 60_000
     trace.run([rng.choice(BATCHES) for _ in range(num_steps)])
     warmup = num_steps // 4
-    for num_reqs in BATCHES:
+    for num_reqs in batches:
         best = env.best_gamma(num_reqs, 4)
         exploit = [g for b, g, explore in trace.steps[warmup:] if b == num_reqs and not explore]
         share = exploit.count(best) / len(exploit)
         assert share >= 0.9, (num_reqs, best, share)
+
+
+def test_step_mean_estimator_is_biased_against_speculation_at_batch_one() -> None:
+    """One request emits 1..gamma+1 tokens per step, so mean(d/n) > sum(d)/sum(n)
+    (Jensen). At B=1 gamma=2 is 20% faster than gamma=0 in the long run, yet the
+    paper's estimator rates it slower; the token-weighted one rates it right."""
+    env = measured_cpu_env(noise_sigma=0.0)
+    rng = random.Random(0)
+    by_estimator = {}
+    for estimator in ("step-mean", "token-weighted"):
+        policy = _nightjar(0, latency_estimator=estimator)
+        for _ in range(20_000):
+            for gamma in (0, 2):
+                policy.observe(env.step(1, gamma, gamma, 0, rng))
+        by_estimator[estimator] = (policy.estimate(1, 0), policy.estimate(1, 2))
+    l0, l2 = by_estimator["token-weighted"]
+    assert l0 == pytest.approx(1 / 143, rel=0.01) and l2 == pytest.approx(1 / 172, rel=0.01)
+    l0, l2 = by_estimator["step-mean"]
+    assert l0 is not None and l2 is not None and l2 > l0
 
 
 def _mean_regret_per_step(num_steps: int, seeds: range) -> float:

@@ -10,7 +10,12 @@ import pytest
 
 from nightjar_ray.policy import Policy, PolicyStats, StepResult, build_policy, policy_names
 
-LEARNING = ("nightjar", "dsd", "ucbspec")
+LEARNING = (
+    ("nightjar", {}),
+    ("nightjar", {"latency_estimator": "token-weighted"}),
+    ("dsd", {}),
+    ("ucbspec", {}),
+)
 
 
 def _results(seed: int, n: int, gamma_max: int = 4) -> list[StepResult]:
@@ -60,12 +65,14 @@ def test_snapshot_restore_round_trip_continues_identically(name: str) -> None:
     assert _drive(original, 300, seed=2) == _drive(clone, 300, seed=2)
 
 
-@pytest.mark.parametrize("name", LEARNING)
-def test_merge_of_two_replicas_equals_learning_from_the_union(name: str) -> None:
+@pytest.mark.parametrize(("name", "params"), LEARNING)
+def test_merge_of_two_replicas_equals_learning_from_the_union(
+    name: str, params: dict[str, str]
+) -> None:
     a, b = _results(1, 400), _results(2, 300)
-    replica_a = build_policy(name, {}, rng=random.Random(0))
-    replica_b = build_policy(name, {}, rng=random.Random(0))
-    union = build_policy(name, {}, rng=random.Random(0))
+    replica_a = build_policy(name, params, rng=random.Random(0))
+    replica_b = build_policy(name, params, rng=random.Random(0))
+    union = build_policy(name, params, rng=random.Random(0))
     for r in a:
         replica_a.observe(r)
         union.observe(r)
@@ -75,7 +82,7 @@ def test_merge_of_two_replicas_equals_learning_from_the_union(name: str) -> None
     merged = replica_a.export_stats().merge(replica_b.export_stats())
     _assert_stats_equal(merged, union.export_stats())
     # a replica that loads the pooled stats decides like the union learner
-    pooled = build_policy(name, {}, rng=random.Random(0))
+    pooled = build_policy(name, params, rng=random.Random(0))
     pooled.load_stats(merged)
     pooled.load_local_state(union.local_state())
     union_choices = [union.choose(b, 0) for b in (1, 3, 8, 16)]
