@@ -63,6 +63,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--profile", default=None, help="C_switch CSV for the nightjar policy.")
     p.add_argument("--parts", default="overhead,skip,e2e")
     p.add_argument("--decision-log", default=None, help="Nightjar's per-step decisions (JSONL).")
+    p.add_argument(
+        "--e2e-policies",
+        default=None,
+        help="JSON [[label, policy, params], ...] replacing the e2e line-up; params may "
+        'hold "policy_snapshot" (warm start). The label "nightjar" gets the warm-up rounds.',
+    )
     return p.parse_args()
 
 
@@ -124,9 +130,12 @@ def bench_skip(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
 
 def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfig:
     learns = name == "nightjar"
+    params = dict(params)
+    snapshot = params.pop("policy_snapshot", None)
     return NightjarConfig(
         policy=name,
         policy_params=params,
+        policy_snapshot=snapshot,
         gamma_max=4,
         switch_cost_profile=args.profile if learns else None,
         decision_log_path=args.decision_log if learns else None,
@@ -139,8 +148,9 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     from contextlib import ExitStack
 
     kw = {"max_num_seqs": 64, "kv_cache_memory_bytes": 256 << 20}
+    lineup = json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES
     samples: dict[str, dict[int, list[float]]] = {
-        lbl: {b: [] for b in BATCHES} for lbl, *_ in E2E_POLICIES
+        lbl: {b: [] for b in BATCHES} for lbl, *_ in lineup
     }
     warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
     with ExitStack() as stack:
@@ -148,7 +158,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             label: stack.enter_context(
                 offline_engine(pair, policy_config(name, params, args), **kw)
             )
-            for label, name, params in E2E_POLICIES
+            for label, name, params in lineup
         }
         for llm in llms.values():
             tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
