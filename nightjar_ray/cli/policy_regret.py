@@ -43,7 +43,8 @@ def regret_per_step(
 ) -> float:
     """Mean over steps of (latency of the played arm - latency of the best arm) / best."""
     loop = PolicyLoop(build_policy(name, params, rng=random.Random(seed)), env, random.Random(seed))
-    best = {b: env.expected_latency(b, env.best_gamma(b, 4)) for b in set(batches)}
+    env_gamma_max = max(env.acceptance)  # best arm over the environment's arms, not the policy's
+    best = {b: env.expected_latency(b, env.best_gamma(b, env_gamma_max)) for b in set(batches)}
     total = 0.0
     for num_reqs in batches:
         loop.step(num_reqs)
