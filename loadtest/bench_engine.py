@@ -58,6 +58,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=4, help="Measured rounds (median).")
     p.add_argument("--settle-s", type=float, default=2.0, help="Pause before each run.")
     p.add_argument("--warmup-rounds", type=int, default=3, help="Nightjar warm-up passes.")
+    p.add_argument(
+        "--warmup-settle-s",
+        type=float,
+        default=0.0,
+        help="Pause before each warm-up run (only nightjar runs then, so no other engine polls).",
+    )
     p.add_argument("--overhead-gamma", type=int, default=2)
     p.add_argument("--overhead-batch", type=int, default=16)
     p.add_argument("--profile", default=None, help="C_switch CSV for the nightjar policy.")
@@ -164,8 +170,9 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
         for r in range(args.warmup_rounds):
             for b in BATCHES:
-                time.sleep(args.settle_s)
+                time.sleep(args.warmup_settle_s)
                 warmup[b].append(tps(llms["nightjar"], b, args, seed=1000 + r))
+            print(f"warm-up round {r} done", flush=True)
         order = list(llms.items())
         for r in range(args.rounds):
             for b in BATCHES:

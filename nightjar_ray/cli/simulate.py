@@ -103,6 +103,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().offload_trigger,
         help="When SD counts as disabled for the offload trigger (docs/simulator.md).",
     )
+    p.add_argument(
+        "--reclaim-draft-kv",
+        action=argparse.BooleanOptionalAction,
+        default=RunKnobs().reclaim_draft_kv,
+        help="Offload frees the draft's per-block KV share too (docs/simulator.md).",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -119,6 +125,7 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         persist_steps=args.persist_steps,
         observed_time=args.observed_time,
         offload_trigger=args.offload_trigger,
+        reclaim_draft_kv=args.reclaim_draft_kv,
         seed=args.seed,
     )
 
@@ -209,6 +216,7 @@ def compare(args: argparse.Namespace) -> int:
         persist_steps=args.persist_steps,
         offload_trigger=args.offload_trigger,
         observed_time=args.observed_time,
+        reclaim_draft_kv=args.reclaim_draft_kv,
     )
     rows: list[LoadRow] = []
     if not args.trace_only:

@@ -67,6 +67,13 @@ class NightjarConfig(BaseModel):
             "(vLLM's dynamic-SD rule)."
         ),
     )
+    observe_prefill_steps: bool = Field(
+        default=False,
+        description=(
+            "Also feed the policy steps that carry prefill chunks (their wall time and "
+            "tokens are mostly the prefill's). Default: learn from pure decode steps only."
+        ),
+    )
     policy_snapshot: str | None = Field(
         default=None,
         description=(

@@ -48,6 +48,7 @@ class NightjarScheduler(Scheduler):
             gamma_cap=self.num_spec_tokens,
             clock=time.perf_counter,
             count_scheduled=cfg.batch_size_rule == "scheduled",
+            observe_prefill_steps=cfg.observe_prefill_steps,
             log_file=_open_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
         )

@@ -10,6 +10,17 @@
     RELOADING --(copy done)--> RESIDENT
 
 While the draft is not resident the engine plays gamma = 0 without asking the policy.
+
+What an offload frees (``ElasticParams.reclaim_draft_kv``)::
+
+    one KV block (16 tokens), draft resident:  [ target KV | draft KV ]
+    paper (weights only):   N_draft = ceil(S_draft / B_block) new blocks; every block
+                            keeps its draft share, unused while the draft is away
+    reclaim_draft_kv=True:  the draft layers' KV tensors are freed too and the target
+                            layers' tensors grow: N_reclaim new blocks, as many tokens as
+                            a deployment without a draft (``off``) holds. The drafter's KV
+                            of every live request is dropped, so after the reload its
+                            catch-up re-prefills the whole context (a larger C_switch).
 "SD disabled" is decided by the caller (``ServerOptions.offload_trigger``): the last step
 played gamma = 0, or, stricter, the planner *chose* gamma = 0 (not an exploration probe).
 """
@@ -43,6 +54,8 @@ class ElasticParams:
     """S_draft / PCIe bandwidth."""
     migrate_s_per_block: float
     """Read + write of one block through HBM."""
+    reclaim_draft_kv: bool = False
+    """Also free the draft's per-block KV share on offload (see module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,10 @@ class ElasticMemory:
         self.ready_s = 0.0
         self.scarce_steps = 0
         self.events: list[MemoryEvent] = []
+        self.num_offload_blocks = (
+            plan.num_reclaim_blocks if params.reclaim_draft_kv else plan.num_draft_blocks
+        )
+        """Blocks an offload adds to the pool and a reload takes back."""
 
     def draft_available(self, now_s: float) -> bool:
         """Whether a step starting at ``now_s`` may speculate."""
@@ -87,22 +104,27 @@ class ElasticMemory:
             if self.scarce_steps >= self.params.persist_steps:
                 return self._expand(now_s)
         elif self.state is DraftState.OFFLOADED:
-            n_draft = self.plan.num_draft_blocks
+            n_draft = self.num_offload_blocks
             if num_waiting == 0 and free > n_draft + tau and self.pool.can_contract(n_draft):
                 return self._contract(now_s)
         return 0.0
 
+    @property
+    def drops_draft_kv(self) -> bool:
+        """Whether an offload discards the drafter's KV of live requests."""
+        return self.params.reclaim_draft_kv
+
     def _expand(self, now_s: float) -> float:
-        self.pool.expand(self.plan.num_draft_blocks)
+        self.pool.expand(self.num_offload_blocks)
         self.state = DraftState.OFFLOADED
         self.scarce_steps = 0
-        self.events.append(MemoryEvent(now_s, "expand", self.plan.num_draft_blocks))
+        self.events.append(MemoryEvent(now_s, "expand", self.num_offload_blocks))
         return self.params.expand_stall_s
 
     def _contract(self, now_s: float) -> float:
-        migrated = self.pool.contract(self.plan.num_draft_blocks)
+        migrated = self.pool.contract(self.num_offload_blocks)
         stall = self.params.contract_fixed_s + migrated * self.params.migrate_s_per_block
         self.state = DraftState.RELOADING
         self.ready_s = now_s + stall + self.params.reload_s
-        self.events.append(MemoryEvent(now_s, "contract", self.plan.num_draft_blocks, migrated))
+        self.events.append(MemoryEvent(now_s, "contract", self.num_offload_blocks, migrated))
         return stall

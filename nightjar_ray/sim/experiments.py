@@ -49,6 +49,8 @@ class RunKnobs:
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
     observed_time: Literal["step", "decode", "pure"] = "decode"
     """What policies observe (``ServerOptions.observed_time``)."""
+    reclaim_draft_kv: bool = False
+    """Offload frees the draft's per-block KV share too (``ElasticParams``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
         contract_fixed_s=setting.contract_fixed_s,
         reload_s=plan.draft_weight_bytes / setting.hw.pcie_bw_bytes_per_s,
         migrate_s_per_block=2.0 * plan.block_bytes / setting.hw.effective_bw,
+        reclaim_draft_kv=knobs.reclaim_draft_kv,
     )
 
 

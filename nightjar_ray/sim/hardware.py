@@ -105,6 +105,9 @@ class MemoryPlan:
     """ceil(S_draft / B_block): blocks the draft's weights are worth (N_draft)."""
     draft_weight_bytes: int
     """S_draft on one GPU."""
+    num_reclaim_blocks: int = 0
+    """Blocks gained when the draft's weights *and* its per-block KV share are freed
+    (``ElasticParams.reclaim_draft_kv``): the pool then holds as many tokens as ``off``."""
 
     @property
     def num_scale_blocks(self) -> int:
@@ -135,6 +138,16 @@ def plan_memory(
     if free < block_bytes:
         raise ValueError(f"{target.name} does not fit on {tp} x {hw.name}: no KV space left")
     num_draft_blocks = math.ceil(draft_bytes / block_bytes) if draft else 0
+    num_orig_blocks = free // block_bytes
+    # NOTE: target-only blocks: what the same budget holds with no draft weights or KV.
+    target_block_bytes = block_size_tokens * target.kv_bytes_per_token // tp
+    target_only = (budget - target.weight_bytes // tp) // target_block_bytes
+    num_reclaim_blocks = max(num_draft_blocks, target_only - num_orig_blocks) if draft else 0
     return MemoryPlan(
-        block_size_tokens, block_bytes, free // block_bytes, num_draft_blocks, draft_bytes
+        block_size_tokens,
+        block_bytes,
+        num_orig_blocks,
+        num_draft_blocks,
+        draft_bytes,
+        num_reclaim_blocks,
     )

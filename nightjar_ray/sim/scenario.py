@@ -81,6 +81,10 @@ class ScenarioConfig(BaseModel):
         RunKnobs().offload_trigger,
         description="SD counts as disabled after any gamma=0 step, or only an exploited one.",
     )
+    reclaim_draft_kv: bool = Field(
+        RunKnobs().reclaim_draft_kv,
+        description="Offload frees the draft's per-block KV share too, not only its weights.",
+    )
     seed: int = Field(0, ge=0, description="Seed of workload, acceptance and policy RNGs.")
 
     @property
@@ -90,6 +94,7 @@ class ScenarioConfig(BaseModel):
             persist_steps=self.persist_steps,
             offload_trigger=self.offload_trigger,
             observed_time=self.observed_time,
+            reclaim_draft_kv=self.reclaim_draft_kv,
         )
 
 

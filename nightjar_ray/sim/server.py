@@ -195,11 +195,22 @@ class SimServer:
                 )
         self._record(step, cost.total_s)
         if self.elastic is not None:
-            self.now_s += self.elastic.after_step(
-                self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
-            )
+            self._elastic_step()
         if self.options.check_invariants:
             self.pool.check()
+
+    def _elastic_step(self) -> None:
+        """Memory triggers after a step; an offload that frees the draft's KV share
+        leaves every live request's drafter a whole context behind."""
+        assert self.elastic is not None
+        num_events = len(self.elastic.events)
+        self.now_s += self.elastic.after_step(
+            self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
+        )
+        expanded = self.elastic.events[num_events:] and self.elastic.events[-1].kind == "expand"
+        if expanded and self.elastic.drops_draft_kv:
+            for req in self.scheduler.running:
+                req.draft_lag = req.num_computed
 
     def _observed_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
         """Step time the policy is told: wall time, or the decode-only part (see options)."""

@@ -39,8 +39,18 @@ def variants(
     out = [
         Variant("defaults", base, knobs),
         Variant("bucketing=exact", with_params(base, bucketing="exact"), knobs),
+        Variant(
+            "estimator=token-weighted",
+            with_params(base, latency_estimator="token-weighted"),
+            knobs,
+        ),
         Variant("no offload", replace(base, elastic=False), knobs),
         Variant("trigger=played", base, replace(knobs, offload_trigger="played")),
+        Variant(
+            f"reclaim_draft_kv={not knobs.reclaim_draft_kv}",
+            base,
+            replace(knobs, reclaim_draft_kv=not knobs.reclaim_draft_kv),
+        ),
         Variant("observe=step", base, replace(knobs, observed_time="step")),
         Variant("observe=pure", base, replace(knobs, observed_time="pure")),
     ]

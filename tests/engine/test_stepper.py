@@ -120,3 +120,19 @@ def test_decision_log_has_one_json_line_per_step(tmp_path: object) -> None:
     assert [line["gamma"] for line in lines] == [2, 2, 2]
     assert lines[1]["num_reqs"] == 3 and lines[1]["max_skip_tokens"] == 5
     assert lines[1]["num_accepted_tokens"] == 4 and lines[1]["observed"]
+
+
+def test_steps_carrying_prefill_are_not_observed_unless_asked() -> None:
+    for include in (False, True):
+        stepper, rec, clock = make(
+            "fixed", {"gamma": 2, "gamma_max": 4}, observe_prefill_steps=include
+        )
+        for prefills in (0, 0, 3, 0):
+            stepper.on_schedule(decode(1, prefills=prefills), clock.now)
+            clock.now += 0.02 if prefills == 0 else 0.5
+            stepper.on_output(num_tokens=2 + prefills, num_draft_tokens=2, num_accepted_tokens=1)
+        # step 0 is a transition (0 -> 2); the prefill-carrying step 2 counts only when asked
+        assert [r.duration_s > 0.1 for r in rec.observed] == (
+            [False, True, False] if include else [False, False]
+        )
+        assert stepper.history[2].carries_prefill

@@ -109,3 +109,24 @@ def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) 
     args = ["simulate", "run", "--qps", "4", "--num-requests", "30", "--policy", "fixed"]
     assert main([*args, "--policy-params", '{"gamma": 2}']) == 0
     assert "mean gamma 2.00" in capsys.readouterr().out
+
+
+def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightjar_ray.cli import simulate
+    from nightjar_ray.sim.experiments import RunKnobs
+
+    seen: list[RunKnobs] = []
+
+    def spy(setting: object, contender: object, wl: object, ds: str, seed: int, knobs: RunKnobs):  # type: ignore[no-untyped-def]
+        seen.append(knobs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(simulate, "run_contender", spy)
+    for flag, expected in (([], False), (["--reclaim-draft-kv"], True)):
+        with pytest.raises(SystemExit):
+            main(["simulate", "run", "--num-requests", "5", *flag])
+        assert seen[-1].reclaim_draft_kv is expected
+    cfg = json.loads(json.dumps({"reclaim_draft_kv": True}))
+    from nightjar_ray.sim.scenario import ScenarioConfig
+
+    assert ScenarioConfig.model_validate(cfg).knobs.reclaim_draft_kv

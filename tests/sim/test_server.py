@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from nightjar_ray.policy import PolicyStats, StepResult
@@ -90,6 +92,73 @@ def test_offload_under_pressure_then_reload_when_quiet() -> None:
     assert expand.num_blocks == srv.plan.num_draft_blocks
     assert summarize(result).num_offloads >= 1
     assert srv.pool.num_blocks == srv.plan.num_orig_blocks  # contracted back
+
+
+def _reclaiming(setting_name: str = "rtx4090-7b") -> ElasticParams:
+    return elastic_params(get_setting(setting_name), RunKnobs(0.10, 4, reclaim_draft_kv=True))
+
+
+def test_reclaim_plan_matches_a_deployment_without_draft() -> None:
+    for setting in (SETTING, small_memory_setting()):
+        plan = server(setting, "off", {}).plan
+        no_draft = server(setting, "off", {}, use_draft=False).plan
+        assert plan.num_reclaim_blocks > plan.num_draft_blocks
+        # NOTE: blocks are 16-token units; reclaiming gives the pool off's token capacity.
+        assert plan.num_orig_blocks + plan.num_reclaim_blocks == no_draft.num_orig_blocks
+
+
+def test_reclaim_offload_grows_pool_to_off_and_rebuilds_draft_kv() -> None:
+    setting = small_memory_setting()
+    burst = poisson_workload(setting, 40.0, 150)
+    quiet_start = burst[-1].arrival_s + 120.0
+    tail = [RequestSpec(1000 + i, quiet_start + i * 2.0, 50, 20) for i in range(5)]
+    runs = {}
+    for reclaim, params in (("weights", _elastic()), ("weights+kv", _reclaiming())):
+        srv = server(
+            setting, "off", {}, draft_when_off="skip", elastic=params, check_invariants=True
+        )
+        runs[reclaim] = (srv, srv.run([*burst, *tail]))
+    srv, result = runs["weights+kv"]
+    expand = result.memory_events[0]
+    assert expand.kind == "expand" and expand.num_blocks == srv.plan.num_reclaim_blocks
+    assert [e.kind for e in result.memory_events][1:3] == ["contract", "reloaded"]
+    assert srv.pool.num_blocks == srv.plan.num_orig_blocks  # contracted back
+    assert len(result.records) == len(burst) + len(tail)
+    # more KV under the burst: fewer preemptions than offloading the weights alone
+    assert result.num_preemptions < runs["weights"][1].num_preemptions
+
+
+def _drafter_state_at_expands(srv: SimServer, wl: Sequence[RequestSpec]) -> list[tuple[bool, bool]]:
+    """Run ``wl``; at each offload: (some drafter had KV before, every drafter rebuilds after)."""
+    seen: list[tuple[bool, bool]] = []
+    elastic_step = srv._elastic_step
+
+    def spy() -> None:
+        assert srv.elastic is not None
+        num_events = len(srv.elastic.events)
+        behind = [r.draft_lag < r.num_computed for r in srv.scheduler.running]
+        elastic_step()
+        if len(srv.elastic.events) > num_events and srv.elastic.events[-1].kind == "expand":
+            rebuilt = all(r.draft_lag == r.num_computed for r in srv.scheduler.running)
+            seen.append((any(behind), rebuilt))
+
+    srv._elastic_step = spy  # type: ignore[method-assign]
+    srv.run(wl)
+    return seen
+
+
+def test_reclaim_drops_draft_kv_of_live_requests() -> None:
+    setting = small_memory_setting()
+    wl = poisson_workload(setting, 40.0, 150)
+    static = {"num_speculative_tokens_per_batch_size": [(1, 2, 2), (3, 1 << 20, 0)]}
+    for reclaim in (False, True):
+        params = _reclaiming() if reclaim else _elastic()
+        srv = server(setting, "vllm-static", static, draft_when_off="skip", elastic=params)
+        at_expand = _drafter_state_at_expands(srv, wl)
+        assert at_expand, "the burst must trigger an offload"
+        # some drafter had KV before the offload; only reclaiming throws it away
+        assert any(had for had, _ in at_expand)
+        assert all(rebuilt for _, rebuilt in at_expand) == reclaim
 
 
 def test_no_offload_while_speculating() -> None:
