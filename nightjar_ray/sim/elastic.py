@@ -109,11 +109,6 @@ class ElasticMemory:
                 return self._contract(now_s)
         return 0.0
 
-    @property
-    def drops_draft_kv(self) -> bool:
-        """Whether an offload discards the drafter's KV of live requests."""
-        return self.params.reclaim_draft_kv
-
     def _expand(self, now_s: float) -> float:
         self.pool.expand(self.num_offload_blocks)
         self.state = DraftState.OFFLOADED

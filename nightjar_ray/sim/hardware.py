@@ -139,10 +139,19 @@ def plan_memory(
         raise ValueError(f"{target.name} does not fit on {tp} x {hw.name}: no KV space left")
     num_draft_blocks = math.ceil(draft_bytes / block_bytes) if draft else 0
     num_orig_blocks = free // block_bytes
-    # NOTE: target-only blocks: what the same budget holds with no draft weights or KV.
-    target_block_bytes = block_size_tokens * target.kv_bytes_per_token // tp
-    target_only = (budget - target.weight_bytes // tp) // target_block_bytes
-    num_reclaim_blocks = max(num_draft_blocks, target_only - num_orig_blocks) if draft else 0
+    num_reclaim_blocks = 0
+    if draft:
+        # NOTE: with weights and KV share freed, the pool is what a draft-less plan holds.
+        without = plan_memory(
+            hw,
+            target,
+            None,
+            tp,
+            gpu_memory_utilization,
+            activation_reserve_bytes,
+            block_size_tokens,
+        )
+        num_reclaim_blocks = max(num_draft_blocks, without.num_orig_blocks - num_orig_blocks)
     return MemoryPlan(
         block_size_tokens,
         block_bytes,

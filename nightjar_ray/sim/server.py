@@ -28,7 +28,7 @@ from nightjar_ray.policy.base import Policy, StepResult
 from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
 from nightjar_ray.policy.nightjar import NightjarPolicy
 from nightjar_ray.sim.acceptance import AcceptanceProcess
-from nightjar_ray.sim.elastic import ElasticMemory, ElasticParams
+from nightjar_ray.sim.elastic import DraftState, ElasticMemory, ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.kv_pool import BlockPool
 from nightjar_ray.sim.metrics import RequestRecord, SimResult, StepRecord
@@ -202,13 +202,14 @@ class SimServer:
     def _elastic_step(self) -> None:
         """Memory triggers after a step; an offload that frees the draft's KV share
         leaves every live request's drafter a whole context behind."""
-        assert self.elastic is not None
-        num_events = len(self.elastic.events)
-        self.now_s += self.elastic.after_step(
+        elastic = self.elastic
+        assert elastic is not None
+        was_resident = elastic.state is DraftState.RESIDENT
+        self.now_s += elastic.after_step(
             self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
         )
-        expanded = self.elastic.events[num_events:] and self.elastic.events[-1].kind == "expand"
-        if expanded and self.elastic.drops_draft_kv:
+        offloaded = was_resident and elastic.state is DraftState.OFFLOADED
+        if offloaded and elastic.params.reclaim_draft_kv:
             for req in self.scheduler.running:
                 req.draft_lag = req.num_computed
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from nightjar_ray.cli import simulate
 from nightjar_ray.cli.main import main
-from nightjar_ray.sim.scenario import load_scenario
+from nightjar_ray.sim.experiments import RunKnobs
+from nightjar_ray.sim.scenario import ScenarioConfig, load_scenario
 
 
 def test_simulate_run_prints_metrics_and_writes_timeline(
@@ -112,9 +114,6 @@ def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from nightjar_ray.cli import simulate
-    from nightjar_ray.sim.experiments import RunKnobs
-
     seen: list[RunKnobs] = []
 
     def spy(setting: object, contender: object, wl: object, ds: str, seed: int, knobs: RunKnobs):  # type: ignore[no-untyped-def]
@@ -126,7 +125,4 @@ def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch
         with pytest.raises(SystemExit):
             main(["simulate", "run", "--num-requests", "5", *flag])
         assert seen[-1].reclaim_draft_kv is expected
-    cfg = json.loads(json.dumps({"reclaim_draft_kv": True}))
-    from nightjar_ray.sim.scenario import ScenarioConfig
-
-    assert ScenarioConfig.model_validate(cfg).knobs.reclaim_draft_kv
+    assert ScenarioConfig.model_validate({"reclaim_draft_kv": True}).knobs.reclaim_draft_kv
