@@ -92,6 +92,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)
     p.add_argument("--persist-steps", type=int, default=RunKnobs().persist_steps)
     p.add_argument(
+        "--contract-persist-steps",
+        type=int,
+        default=RunKnobs().contract_persist_steps,
+        help="Steps the reload condition must hold (1 = paper; docs/simulator.md).",
+    )
+    p.add_argument(
         "--observed-time",
         choices=["step", "decode", "pure"],
         default=RunKnobs().observed_time,
@@ -123,6 +129,7 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         workload=_workload_from_args(args, args.arrival, args.qps),
         tau_low_fraction=args.tau_low_fraction,
         persist_steps=args.persist_steps,
+        contract_persist_steps=args.contract_persist_steps,
         observed_time=args.observed_time,
         offload_trigger=args.offload_trigger,
         reclaim_draft_kv=args.reclaim_draft_kv,
@@ -207,17 +214,24 @@ def _contenders(args: argparse.Namespace) -> list[Contender]:
     return contenders
 
 
+def _knobs_from_args(args: argparse.Namespace) -> RunKnobs:
+    """The engine knobs of ``args``, validated as a scenario's (bad values name the field)."""
+    fields = (
+        "tau_low_fraction",
+        "persist_steps",
+        "contract_persist_steps",
+        "offload_trigger",
+        "observed_time",
+        "reclaim_draft_kv",
+    )
+    return ScenarioConfig.model_validate({f: getattr(args, f) for f in fields}).knobs
+
+
 def compare(args: argparse.Namespace) -> int:
     setting = get_setting(args.setting)
     contenders = _contenders(args)
     labels = [c.label for c in contenders]
-    knobs = RunKnobs(
-        tau_low_fraction=args.tau_low_fraction,
-        persist_steps=args.persist_steps,
-        offload_trigger=args.offload_trigger,
-        observed_time=args.observed_time,
-        reclaim_draft_kv=args.reclaim_draft_kv,
-    )
+    knobs = _knobs_from_args(args)
     rows: list[LoadRow] = []
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep

@@ -49,6 +49,14 @@ class NightjarPolicyConfig(PolicyConfig):
             "the long-run latency per token, unbiased when tokens per step vary (small B)."
         ),
     )
+    exploration: Literal["uniform", "local"] = Field(
+        "uniform",
+        description=(
+            "Arm of an exploration bin: 'uniform' over 0..gamma_max (paper, Algorithm 1 "
+            "line 11), or 'local': once every arm of the key has a sample, uniform over the "
+            "exploited gamma and its two neighbours (cheap probes at high load)."
+        ),
+    )
 
 
 class FixedPolicyConfig(PolicyConfig):

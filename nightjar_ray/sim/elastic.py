@@ -4,7 +4,8 @@
 
     RESIDENT --(SD disabled, N_free < tau_low for T_persist steps)--> OFFLOADED
         expand the pool by N_draft blocks; the engine stalls ``expand_stall_s``
-    OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low)--> RELOADING
+    OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low
+                 for contract_persist_steps steps)--> RELOADING
         contract: migrate live blocks above K_boundary (stall = fixed + bytes*2 / HBM BW),
         then copy S_draft host->device asynchronously (S_draft / PCIe BW, no stall)
     RELOADING --(copy done)--> RESIDENT
@@ -54,6 +55,8 @@ class ElasticParams:
     """S_draft / PCIe bandwidth."""
     migrate_s_per_block: float
     """Read + write of one block through HBM."""
+    contract_persist_steps: int = 1
+    """Consecutive steps the contraction condition must hold (1 = the paper: at once)."""
     reclaim_draft_kv: bool = False
     """Also free the draft's per-block KV share on offload (see module docstring)."""
 
@@ -73,14 +76,20 @@ class ElasticMemory:
     """Drives ``pool`` capacity between N_orig and N_scale (see module docstring)."""
 
     def __init__(self, params: ElasticParams, plan: MemoryPlan, pool: BlockPool) -> None:
-        if params.tau_low_blocks < 0 or params.persist_steps < 1:
-            raise ValueError("tau_low_blocks must be >= 0 and persist_steps >= 1")
+        if (
+            params.tau_low_blocks < 0
+            or min(params.persist_steps, params.contract_persist_steps) < 1
+        ):
+            raise ValueError(
+                "tau_low_blocks must be >= 0, persist_steps and contract_persist_steps >= 1"
+            )
         self.params = params
         self.plan = plan
         self.pool = pool
         self.state = DraftState.RESIDENT
         self.ready_s = 0.0
         self.scarce_steps = 0
+        self.calm_steps = 0
         self.events: list[MemoryEvent] = []
         self.num_offload_blocks = (
             plan.num_reclaim_blocks if params.reclaim_draft_kv else plan.num_draft_blocks
@@ -105,7 +114,9 @@ class ElasticMemory:
                 return self._expand(now_s)
         elif self.state is DraftState.OFFLOADED:
             n_draft = self.num_offload_blocks
-            if num_waiting == 0 and free > n_draft + tau and self.pool.can_contract(n_draft):
+            calm = num_waiting == 0 and free > n_draft + tau and self.pool.can_contract(n_draft)
+            self.calm_steps = self.calm_steps + 1 if calm else 0
+            if self.calm_steps >= self.params.contract_persist_steps:
                 return self._contract(now_s)
         return 0.0
 
@@ -120,6 +131,7 @@ class ElasticMemory:
         migrated = self.pool.contract(self.num_offload_blocks)
         stall = self.params.contract_fixed_s + migrated * self.params.migrate_s_per_block
         self.state = DraftState.RELOADING
+        self.calm_steps = 0
         self.ready_s = now_s + stall + self.params.reload_s
         self.events.append(MemoryEvent(now_s, "contract", self.num_offload_blocks, migrated))
         return stall

@@ -32,7 +32,11 @@ from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 
-NIGHTJAR_DEFAULTS: dict[str, Any] = {"bucketing": "pow2", "switch_cost_weight": 0.03}
+NIGHTJAR_DEFAULTS: dict[str, Any] = {
+    "bucketing": "pow2",
+    "switch_cost_weight": 0.03,
+    "exploration": "local",
+}
 """Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
 
 
@@ -45,6 +49,8 @@ class RunKnobs:
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
     persist_steps: int = 8
     """T_persist in scheduling steps."""
+    contract_persist_steps: int = 8
+    """Steps the reload condition must hold (paper: 1; ``ElasticParams``)."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
     observed_time: Literal["step", "decode", "pure"] = "decode"
@@ -107,6 +113,7 @@ def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
     return ElasticParams(
         tau_low_blocks=max(1, round(knobs.tau_low_fraction * plan.num_orig_blocks)),
         persist_steps=knobs.persist_steps,
+        contract_persist_steps=knobs.contract_persist_steps,
         expand_stall_s=setting.expand_stall_s,
         contract_fixed_s=setting.contract_fixed_s,
         reload_s=plan.draft_weight_bytes / setting.hw.pcie_bw_bytes_per_s,

@@ -73,6 +73,11 @@ class ScenarioConfig(BaseModel):
     persist_steps: int = Field(
         RunKnobs().persist_steps, ge=1, description="T_persist in steps (nightjar)."
     )
+    contract_persist_steps: int = Field(
+        RunKnobs().contract_persist_steps,
+        ge=1,
+        description="Steps the reload condition must hold before the draft returns (nightjar).",
+    )
     observed_time: Literal["step", "decode", "pure"] = Field(
         RunKnobs().observed_time,
         description="Step time policies observe: wall time, decode part, or pure-decode steps.",
@@ -92,6 +97,7 @@ class ScenarioConfig(BaseModel):
         return RunKnobs(
             tau_low_fraction=self.tau_low_fraction,
             persist_steps=self.persist_steps,
+            contract_persist_steps=self.contract_persist_steps,
             offload_trigger=self.offload_trigger,
             observed_time=self.observed_time,
             reclaim_draft_kv=self.reclaim_draft_kv,

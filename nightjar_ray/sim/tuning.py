@@ -44,6 +44,7 @@ def variants(
             with_params(base, latency_estimator="token-weighted"),
             knobs,
         ),
+        Variant("exploration=uniform", with_params(base, exploration="uniform"), knobs),
         Variant("no offload", replace(base, elastic=False), knobs),
         Variant("trigger=played", base, replace(knobs, offload_trigger="played")),
         Variant(
@@ -51,6 +52,7 @@ def variants(
             base,
             replace(knobs, reclaim_draft_kv=not knobs.reclaim_draft_kv),
         ),
+        Variant("contract_persist=1", base, replace(knobs, contract_persist_steps=1)),
         Variant("observe=step", base, replace(knobs, observed_time="step")),
         Variant("observe=pure", base, replace(knobs, observed_time="pure")),
     ]

@@ -96,3 +96,16 @@ def test_unobserved_arms_are_played_first_by_exploitation() -> None:
         assert policy.exploit(key=8, num_reqs=8, max_skip_tokens=0) == gamma
         policy.observe(StepResult(8, gamma, 8, 0.01 * (gamma + 1)))
     assert policy.exploit(key=8, num_reqs=8, max_skip_tokens=0) == 0
+
+
+def test_local_exploration_probes_only_the_exploited_arm_and_its_neighbours() -> None:
+    """``exploration="local"``: once every arm has a sample, exploration bins play the
+    exploited arm +-1; the paper's uniform probes reach every arm."""
+    played: dict[str, set[int]] = {}
+    for mode in ("uniform", "local"):
+        trace = Trace(_policy(3, exploration=mode), bowl_env({8: 0}, noise_sigma=0.0), 3)
+        trace.run([8] * 3000)
+        warm = trace.steps[5 * 16 :]  # past the first visits of every arm
+        played[mode] = {g for _, g, explore in warm if explore}
+    assert played["local"] == {0, 1}
+    assert played["uniform"] == {0, 1, 2, 3, 4}

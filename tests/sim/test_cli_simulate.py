@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from nightjar_ray.cli import simulate
 from nightjar_ray.cli.main import main
-from nightjar_ray.sim.experiments import RunKnobs
+from nightjar_ray.sim.experiments import RunKnobs, elastic_params
+from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.scenario import ScenarioConfig, load_scenario
 
 
@@ -113,7 +115,8 @@ def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) 
     assert "mean gamma 2.00" in capsys.readouterr().out
 
 
-def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def _capture_knobs(monkeypatch: pytest.MonkeyPatch) -> list[RunKnobs]:
+    """Make ``simulate run`` stop at the simulation, recording the knobs it was given."""
     seen: list[RunKnobs] = []
 
     def spy(setting: object, contender: object, wl: object, ds: str, seed: int, knobs: RunKnobs):  # type: ignore[no-untyped-def]
@@ -121,8 +124,22 @@ def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch
         raise SystemExit(0)
 
     monkeypatch.setattr(simulate, "run_contender", spy)
+    return seen
+
+
+def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _capture_knobs(monkeypatch)
     for flag, expected in (([], False), (["--reclaim-draft-kv"], True)):
         with pytest.raises(SystemExit):
             main(["simulate", "run", "--num-requests", "5", *flag])
         assert seen[-1].reclaim_draft_kv is expected
     assert ScenarioConfig.model_validate({"reclaim_draft_kv": True}).knobs.reclaim_draft_kv
+
+
+def test_contract_persist_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _capture_knobs(monkeypatch)
+    with pytest.raises(SystemExit):
+        main(["simulate", "run", "--num-requests", "5", "--contract-persist-steps", "3"])
+    assert elastic_params(get_setting("rtx4090-7b"), seen[-1]).contract_persist_steps == 3
+    with pytest.raises(ValidationError, match="contract_persist_steps"):
+        ScenarioConfig.model_validate({"contract_persist_steps": 0})

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from nightjar_ray.policy import PolicyStats, StepResult
 from nightjar_ray.policy.base import Policy
-from nightjar_ray.sim.elastic import ElasticParams
+from nightjar_ray.sim.elastic import DraftState, ElasticParams
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
 from nightjar_ray.sim.metrics import summarize
 from nightjar_ray.sim.presets import get_setting
@@ -285,3 +286,29 @@ def test_a_server_runs_one_workload() -> None:
     srv.run(wl)
     with pytest.raises(ValueError, match="one workload"):
         srv.run(wl)
+
+
+def test_reload_waits_for_contract_persist_steps_of_calm() -> None:
+    """The reload condition (no queue, room for the draft) must hold for
+    ``contract_persist_steps`` consecutive steps; one busy step restarts the count."""
+    setting = get_setting("rtx4090-7b")
+    params = replace(_elastic(persist=1), contract_persist_steps=3)
+    srv = server(setting, "off", {}, draft_when_off="skip", elastic=params)
+    elastic = srv.elastic
+    assert elastic is not None
+    elastic._expand(0.0)  # an empty pool: room for the draft from the first step
+    calls = [(0, 0), (1, 0), (2, 5), (3, 0), (4, 0), (5, 0)]  # (time, waiting): busy at t=2
+    states = []
+    for now_s, waiting in calls:
+        elastic.after_step(float(now_s), sd_disabled=True, num_waiting=waiting)
+        states.append(elastic.state)
+    assert states[:5] == [DraftState.OFFLOADED] * 5
+    assert states[5] is DraftState.RELOADING
+    with pytest.raises(ValueError, match="contract_persist_steps"):
+        server(
+            setting,
+            "off",
+            {},
+            draft_when_off="skip",
+            elastic=replace(params, contract_persist_steps=0),
+        )
