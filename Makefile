@@ -57,6 +57,12 @@ bench-sim: $(VENV)/.installed-dev
 		--trace-qps 6
 	$(BIN)/nightjar-ray simulate compare --setting rtx4090-7b --num-requests 3000 --no-trace \
 		--with-ceiling --contenders nightjar,off,fixed-1,gamma0+offload --qps 10,20,35
+	for s in $(SIM_SETTINGS); do \
+		$(BIN)/nightjar-ray simulate compare --setting $$s --num-requests 3000 --no-trace \
+			--reclaim-draft-kv --with-ceiling; \
+		for d in sharegpt alpaca specbench; do \
+		$(BIN)/nightjar-ray simulate compare --setting $$s --dataset $$d --trace-only \
+			--reclaim-draft-kv --contenders nightjar,off,fixed-1,fixed-2; done; done
 	for s in $(SIM_SETTINGS); do $(BIN)/nightjar-ray simulate tune --setting $$s; done
 
 clean:
