@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+from dataclasses import fields
 from typing import Any
 
 from nightjar_ray.sim.calibration import (
@@ -127,13 +128,8 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         policy=args.policy,
         policy_params=json.loads(args.policy_params),
         workload=_workload_from_args(args, args.arrival, args.qps),
-        tau_low_fraction=args.tau_low_fraction,
-        persist_steps=args.persist_steps,
-        contract_persist_steps=args.contract_persist_steps,
-        observed_time=args.observed_time,
-        offload_trigger=args.offload_trigger,
-        reclaim_draft_kv=args.reclaim_draft_kv,
         seed=args.seed,
+        **_knob_args(args),
     )
 
 
@@ -214,17 +210,14 @@ def _contenders(args: argparse.Namespace) -> list[Contender]:
     return contenders
 
 
+def _knob_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``RunKnobs`` fields of ``args`` (each flag's dest is the field's name)."""
+    return {f.name: getattr(args, f.name) for f in fields(RunKnobs)}
+
+
 def _knobs_from_args(args: argparse.Namespace) -> RunKnobs:
     """The engine knobs of ``args``, validated as a scenario's (bad values name the field)."""
-    fields = (
-        "tau_low_fraction",
-        "persist_steps",
-        "contract_persist_steps",
-        "offload_trigger",
-        "observed_time",
-        "reclaim_draft_kv",
-    )
-    return ScenarioConfig.model_validate({f: getattr(args, f) for f in fields}).knobs
+    return ScenarioConfig.model_validate(_knob_args(args)).knobs
 
 
 def compare(args: argparse.Namespace) -> int:

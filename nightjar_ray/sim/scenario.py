@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,14 +95,8 @@ class ScenarioConfig(BaseModel):
 
     @property
     def knobs(self) -> RunKnobs:
-        return RunKnobs(
-            tau_low_fraction=self.tau_low_fraction,
-            persist_steps=self.persist_steps,
-            contract_persist_steps=self.contract_persist_steps,
-            offload_trigger=self.offload_trigger,
-            observed_time=self.observed_time,
-            reclaim_draft_kv=self.reclaim_draft_kv,
-        )
+        # NOTE: every RunKnobs field is a scenario field of the same name.
+        return RunKnobs(**{f.name: getattr(self, f.name) for f in fields(RunKnobs)})
 
 
 def load_scenario(path: str | Path) -> ScenarioConfig:
