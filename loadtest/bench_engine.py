@@ -217,7 +217,10 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
                     samples[label][b].append(measured_tps(llm, b, args, seed=r))
             print(f"e2e round {r} done", flush=True)
     res: dict[str, Any] = {
-        label: {"tokens_per_s": {b: statistics.median(v) for b, v in per.items()}}
+        label: {
+            "tokens_per_s": {b: statistics.median(v) for b, v in per.items()},
+            "round_tokens_per_s": per,  # every measured round, to judge the noise
+        }
         for label, per in samples.items()
     }
     res["nightjar"]["warmup_tokens_per_s"] = {b: statistics.mean(v) for b, v in warmup.items()}
