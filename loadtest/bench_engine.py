@@ -98,22 +98,14 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def prompts_for(batch: int, args: argparse.Namespace, seed: int) -> list[list[int]]:
-    return random_prompts(batch, args.prompt_tokens, 2048, seed)
-
-
-def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int) -> float:
-    return run_batch(llm, prompts_for(batch, args, seed), args.max_tokens).tokens_per_s
-
-
-def measured_tps(llm: Any, batch: int, args: argparse.Namespace, seed: int) -> float:
-    """Tokens/s over ``ceil(--min-requests / batch)`` consecutive batches of distinct prompts.
+def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests: int = 1) -> float:
+    """Tokens/s over ``ceil(min_requests / batch)`` consecutive batches of distinct prompts.
 
     # NOTE: with one request per run, which gamma wins depends on the prompt
-    # (measured at B=1: +-15% between prompts, the order of gamma 2/3/4 flips),
-    # so a measured run covers at least ``--min-requests`` prompts.
+    # (measured at B=1: up to 20% between gammas on one prompt, the order of
+    # gamma 2/3/4 flips), so e2e's measured runs pass ``--min-requests``.
     """
-    num_batches = -(-args.min_requests // batch)
+    num_batches = -(-min_requests // batch)
     prompts = random_prompts(batch * num_batches, args.prompt_tokens, 2048, seed)
     runs = [
         run_batch(llm, prompts[i * batch : (i + 1) * batch], args.max_tokens)
@@ -214,7 +206,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             for b in BATCHES:
                 for label, llm in order if r % 2 == 0 else order[::-1]:
                     time.sleep(args.settle_s)
-                    samples[label][b].append(measured_tps(llm, b, args, seed=r))
+                    samples[label][b].append(tps(llm, b, args, r, args.min_requests))
             print(f"e2e round {r} done", flush=True)
     res: dict[str, Any] = {
         label: {

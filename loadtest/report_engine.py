@@ -59,10 +59,10 @@ def e2e(res: dict[str, Any], max_tokens: int) -> str:
         out += "\nnightjar / best static per batch: " + ", ".join(
             f"B={b}: {nj[b] / best[b]:.3f}" for b in batches
         )
-        best_mixed = min(seconds(res[s]["tokens_per_s"]) for s in static)
-        out += f"; mixed sequence vs best static: {best_mixed / seconds(nj):.3f}\n"
+        mixed_s = {s: seconds(res[s]["tokens_per_s"]) for s in static}
+        out += f"; mixed sequence vs best static: {min(mixed_s.values()) / seconds(nj):.3f}\n"
         out += "mixed sequence, time of each static choice / nightjar's: " + ", ".join(
-            f"{s} {seconds(res[s]['tokens_per_s']) / seconds(nj):.3f}" for s in static
+            f"{s} {t / seconds(nj):.3f}" for s, t in mixed_s.items()
         )
         out += "\n"
         warm = res[LEARNER].get("warmup_tokens_per_s")
