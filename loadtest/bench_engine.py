@@ -39,6 +39,7 @@ from nightjar_ray.models.pair import ModelPair, PairSpec, generate_pair
 
 BATCHES = (1, 4, 16, 48)
 SKIP_BATCHES = (1, 16, 48)
+AA_CONTROL = "off (A/A control)"
 # NOTE: "vllm-static low-load" is the baseline, a table tuned at low load
 # (best measured gamma at B=1 and B=2..4 on this pair, extended above B=4 as vLLM
 # does); "vllm-static crossover" is the policy's default table, which follows this
@@ -83,6 +84,17 @@ def parse_args() -> argparse.Namespace:
         type=float,
         default=0.0,
         help="Pause before each warm-up run (only nightjar runs then, so no other engine polls).",
+    )
+    p.add_argument(
+        "--batches",
+        default=",".join(map(str, BATCHES)),
+        help="e2e: batch sizes of the measured rounds (the warm-up always runs all of them).",
+    )
+    p.add_argument(
+        "--aa-control",
+        action="store_true",
+        help=f"e2e: add a second `off` engine ({AA_CONTROL!r}) whose ratio to `off` is the "
+        "noise between two identical schedules in this run.",
     )
     p.add_argument("--overhead-gamma", type=int, default=2)
     p.add_argument("--overhead-batch", type=int, default=16)
@@ -182,9 +194,12 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     from contextlib import ExitStack
 
     kw = {"max_num_seqs": 64, "kv_cache_memory_bytes": 256 << 20}
-    lineup = json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES
+    lineup = list(json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES)
+    if args.aa_control:
+        lineup.append((AA_CONTROL, "off", {}))
+    measured = tuple(int(b) for b in args.batches.split(","))
     samples: dict[str, dict[int, list[float]]] = {
-        lbl: {b: [] for b in BATCHES} for lbl, *_ in lineup
+        lbl: {b: [] for b in measured} for lbl, *_ in lineup
     }
     warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
     with ExitStack() as stack:
@@ -203,7 +218,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             print(f"warm-up round {r} done", flush=True)
         order = list(llms.items())
         for r in range(args.rounds):
-            for b in BATCHES:
+            for b in measured:
                 for label, llm in order if r % 2 == 0 else order[::-1]:
                     time.sleep(args.settle_s)
                     samples[label][b].append(tps(llm, b, args, r, args.min_requests))

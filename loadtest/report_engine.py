@@ -6,11 +6,14 @@ python loadtest/report_engine.py docs/bench-engine.json
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 LEARNER = "nightjar"  # every other label in the e2e line-up is a static choice
+AA_CONTROL = "off (A/A control)"  # a second `off` engine: the noise floor, not a choice
+MIXED_SEQUENCE = (1, 4, 16, 48)
 
 
 def overhead(res: dict[str, Any]) -> str:
@@ -38,40 +41,68 @@ def skip(res: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def e2e(res: dict[str, Any], max_tokens: int) -> str:
-    batches = list(res["off"]["tokens_per_s"])
+def table(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
+    """Median tok/s per policy and batch (ratio to off), plus the mixed sequence."""
     off = res["off"]["tokens_per_s"]
-    head = "| policy | " + " | ".join(f"B={b}" for b in batches) + " | mixed sequence |"
-    rows = [head, "| --- |" + " --- |" * (len(batches) + 1)]
-
-    def seconds(tps: dict[str, float]) -> float:
-        return sum(int(b) * max_tokens / tps[b] for b in batches)
-
+    head = "| policy | " + " | ".join(f"B={b}" for b in batches)
+    rows = [head + (" | mixed sequence |" if mixed else " |")]
+    rows.append("| --- |" + " --- |" * (len(batches) + int(mixed)))
     for label, r in res.items():
         tps = r["tokens_per_s"]
         cells = " | ".join(f"{tps[b]:.0f} ({tps[b] / off[b]:.2f})" for b in batches)
-        rows.append(f"| {label} | {cells} | {seconds(off) / seconds(tps):.3f} |")
-    out = "\n".join(rows) + "\n"
-    if LEARNER in res:
-        nj = res[LEARNER]["tokens_per_s"]
-        static = [s for s in res if s != LEARNER]
-        best = {b: max(res[s]["tokens_per_s"][b] for s in static) for b in batches}
-        out += "\nnightjar / best static per batch: " + ", ".join(
-            f"B={b}: {nj[b] / best[b]:.3f}" for b in batches
-        )
-        mixed_s = {s: seconds(res[s]["tokens_per_s"]) for s in static}
-        out += f"; mixed sequence vs best static: {min(mixed_s.values()) / seconds(nj):.3f}\n"
+        tail = f" {seconds(off, max_tokens) / seconds(tps, max_tokens):.3f} |" if mixed else ""
+        rows.append(f"| {label} | {cells} |{tail}")
+    return "\n".join(rows) + "\n"
+
+
+def seconds(tps: dict[str, float], max_tokens: int) -> float:
+    """Time of the mixed sequence (one batch of each size) at these tok/s."""
+    return sum(int(b) * max_tokens / tps[b] for b in tps)
+
+
+def paired(res: dict[str, Any], a: str, b: str, batch: str) -> str:
+    """Median (min..max) over measured rounds of a's tok/s / b's in the same round."""
+    ra, rb = res[a].get("round_tokens_per_s"), res[b].get("round_tokens_per_s")
+    if not ra or not rb:
+        return ""
+    ratios = sorted(x / y for x, y in zip(ra[batch], rb[batch], strict=True))
+    return f" (per round {statistics.median(ratios):.3f}, {ratios[0]:.3f}..{ratios[-1]:.3f})"
+
+
+def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
+    """nightjar against the best static choice per batch size and over the mixed sequence."""
+    nj = res[LEARNER]["tokens_per_s"]
+    static = [s for s in res if s not in (LEARNER, AA_CONTROL)]
+    out = ""
+    for b in batches:
+        best = max(static, key=lambda s: res[s]["tokens_per_s"][b])
+        ratio = nj[b] / res[best]["tokens_per_s"][b]
+        out += f"B={b}: nightjar / best static ({best}) {ratio:.3f}"
+        out += paired(res, LEARNER, best, b) + "\n"
+        if AA_CONTROL in res:
+            aa = res[AA_CONTROL]["tokens_per_s"][b] / res["off"]["tokens_per_s"][b]
+            out += f"  A/A control / off {aa:.3f}" + paired(res, AA_CONTROL, "off", b) + "\n"
+    if mixed:
+        mixed_s = {s: seconds(res[s]["tokens_per_s"], max_tokens) for s in static}
         out += "mixed sequence, time of each static choice / nightjar's: " + ", ".join(
-            f"{s} {t / seconds(nj):.3f}" for s, t in mixed_s.items()
+            f"{s} {t / seconds(nj, max_tokens):.3f}" for s, t in mixed_s.items()
         )
         out += "\n"
+    return out
+
+
+def e2e(res: dict[str, Any], max_tokens: int) -> str:
+    batches = list(res["off"]["tokens_per_s"])
+    mixed = {int(b) for b in batches} == set(MIXED_SEQUENCE)
+    out = table(res, batches, mixed, max_tokens)
+    if LEARNER in res:
+        out += "\n" + verdict(res, batches, mixed, max_tokens)
         warm = res[LEARNER].get("warmup_tokens_per_s")
         if warm:
-            out += (
-                "nightjar warm-up rounds (mean tok/s, ratio to off): "
-                + ", ".join(f"B={b}: {warm[b]:.0f} ({warm[b] / off[b]:.2f})" for b in batches)
-                + "\n"
-            )
+            off = res["off"]["tokens_per_s"]
+            out += "nightjar warm-up rounds (mean tok/s, ratio to off's measured median): "
+            out += ", ".join(f"B={b}: {warm[b]:.0f} ({warm[b] / off[b]:.2f})" for b in batches)
+            out += "\n"
     return out
 
 
