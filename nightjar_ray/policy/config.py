@@ -57,6 +57,15 @@ class NightjarPolicyConfig(PolicyConfig):
             "exploited gamma and its two neighbours (cheap probes at high load)."
         ),
     )
+    explore_bin_steps: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Cap on the steps an exploration bin plays its probe; the rest of the bin "
+            "exploits. None (paper) probes for the whole bin, sqrt(H) steps, which late "
+            "in a key's schedule is tens of steps of a possibly bad arm."
+        ),
+    )
 
 
 class FixedPolicyConfig(PolicyConfig):

@@ -25,6 +25,13 @@ has a sample: under load a uniform probe of gamma=4 can double a step's time, wh
 goodput curve over gamma is unimodal in practice, so probing next to gamma* finds a
 better arm as surely and far more cheaply (docs/policies.md).
 
+``explore_bin_steps`` (beyond the paper) ends an exploration bin's probe after that many
+steps and exploits for the rest of the bin, so the bin/block counters are unchanged but a
+probe late in a key's schedule (bins of sqrt(H) = 32, 64, ... steps) costs a few steps,
+not a bin: under a load surge the batch grows past the sizes a key learned at and a long
+probe of a neighbour gamma there is what pushed the 4090 simulation over its memory edge
+(docs/simulator.md).
+
 Arms never observed (exploitation's open question): an exploitation bin plays
 the smallest gamma that has no observation yet under this key before trusting
 any estimate (optimistic initialization, as UCB plays every arm once). Every
@@ -53,16 +60,20 @@ from nightjar_ray.policy.switch_cost import SwitchCostTable
 LATENCY_TABLE = "latency_per_token_s"
 
 BinListener = Callable[[int, int, int, bool, int], None]
-"""Called at each bin start with (key, j_B, b_B, explored, gamma)."""
+"""Called at each bin start with (key, j_B, b_B, explored, gamma), and with explored
+False when ``explore_bin_steps`` ends a probe and the bin turns to exploitation."""
 
 
 class _KeySchedule:
     """Block/bin counters of one batch-size key (Algorithm 1 lines 3, 19-25)."""
 
-    __slots__ = ("arm", "b", "j", "sqrt_h", "tau")
+    __slots__ = ("arm", "b", "exploring", "j", "sqrt_h", "tau")
 
-    def __init__(self, j: int = 1, b: int = 1, tau: int = 1, arm: int = 0) -> None:
+    def __init__(
+        self, j: int = 1, b: int = 1, tau: int = 1, arm: int = 0, exploring: bool = False
+    ) -> None:
         self.j, self.b, self.tau, self.arm = j, b, tau, arm
+        self.exploring = exploring
         self.sqrt_h = math.sqrt(2 ** (j - 1))
 
     def advance(self) -> None:
@@ -96,6 +107,7 @@ class NightjarPolicy(Policy):
         self._weight = config.switch_cost_weight
         self._token_weighted = config.latency_estimator == "token-weighted"
         self._local = config.exploration == "local"
+        self._explore_steps = config.explore_bin_steps
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
         self._prev_gamma = 0
@@ -118,6 +130,8 @@ class NightjarPolicy(Policy):
             sched = self._schedules[key] = _KeySchedule()
         if sched.tau == 1:
             sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens)
+        elif sched.exploring and self._probe_done(sched):
+            sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
         gamma = sched.arm
         sched.advance()
         self._prev_gamma = gamma
@@ -126,6 +140,7 @@ class NightjarPolicy(Policy):
     def _start_bin(self, key: int, sched: _KeySchedule, num_reqs: int, skip: int) -> int:
         """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4)."""
         explore = self._rng.random() < 1.0 / sched.b
+        sched.exploring = explore
         if explore:
             self.num_explore_bins += 1
             gamma = self._explore_arm(key, num_reqs, skip)
@@ -134,6 +149,18 @@ class NightjarPolicy(Policy):
             gamma = self.exploit(key, num_reqs, skip)
         if self.bin_listener is not None:
             self.bin_listener(key, sched.j, sched.b, explore, gamma)
+        return gamma
+
+    def _probe_done(self, sched: _KeySchedule) -> bool:
+        """An exploration bin has played its probe for ``explore_bin_steps`` steps."""
+        return self._explore_steps is not None and sched.tau > self._explore_steps
+
+    def _end_probe(self, key: int, sched: _KeySchedule, num_reqs: int, skip: int) -> int:
+        """The rest of a capped exploration bin exploits (counted as neither bin kind)."""
+        sched.exploring = False
+        gamma = self.exploit(key, num_reqs, skip)
+        if self.bin_listener is not None:
+            self.bin_listener(key, sched.j, sched.b, False, gamma)
         return gamma
 
     def _explore_arm(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:
@@ -188,12 +215,15 @@ class NightjarPolicy(Policy):
     def local_state(self) -> dict[str, Any]:
         return {
             "prev_gamma": self._prev_gamma,
-            "schedules": [[k, s.j, s.b, s.tau, s.arm] for k, s in sorted(self._schedules.items())],
+            "schedules": [
+                [k, s.j, s.b, s.tau, s.arm, s.exploring] for k, s in sorted(self._schedules.items())
+            ],
         }
 
     def load_local_state(self, state: dict[str, Any]) -> None:
         self._prev_gamma = int(state.get("prev_gamma", 0))
+        # NOTE: snapshots before explore_bin_steps hold 5 fields (no ``exploring``).
         self._schedules = {
-            int(k): _KeySchedule(int(j), int(b), int(tau), int(arm))
-            for k, j, b, tau, arm in state.get("schedules", [])
+            int(k): _KeySchedule(int(j), int(b), int(tau), int(arm), bool(rest and rest[0]))
+            for k, j, b, tau, arm, *rest in state.get("schedules", [])
         }

@@ -109,3 +109,35 @@ def test_local_exploration_probes_only_the_exploited_arm_and_its_neighbours() ->
         played[mode] = {g for _, g, explore in warm if explore}
     assert played["local"] == {0, 1}
     assert played["uniform"] == {0, 1, 2, 3, 4}
+
+
+def _bin_starts(trace: Trace) -> list[tuple[int, int, bool]]:
+    """(j, b, explored) of each bin start; a capped probe's end repeats (j, b)."""
+    starts: list[tuple[int, int, bool]] = []
+    for _, j, b, explore, _ in trace.bins:
+        if not starts or starts[-1][:2] != (j, b):
+            starts.append((j, b, explore))
+    return starts
+
+
+def test_explore_bin_steps_caps_the_probe_and_keeps_the_schedule() -> None:
+    """``explore_bin_steps=2``: an exploration bin probes for 2 steps, then exploits for
+    the rest of the bin; bins, blocks and exploration draws are those of the paper's."""
+    traces = {}
+    for cap in (None, 2):
+        policy = _policy(3, exploration="local", explore_bin_steps=cap)
+        traces[cap] = Trace(policy, bowl_env({8: 2}, noise_sigma=0.0), 3)
+        traces[cap].run([8] * 3000)
+    assert _bin_starts(traces[2]) == _bin_starts(traces[None])
+    step = 0
+    for j, _b, explore in _bin_starts(traces[2]):
+        length = math.isqrt(2 ** (j - 1))
+        played = traces[2].steps[step : step + length]
+        probe = min(length, 2) if explore else 0
+        assert all(flag for _, _, flag in played[:probe])
+        if j >= 7:  # every arm observed long before: the rest of the bin exploits gamma 2
+            assert [g for _, g, flag in played[probe:]] == [2] * (len(played) - probe)
+            assert not any(flag for _, _, flag in played[probe:])
+        step += length
+    probe_steps = {cap: sum(flag for _, _, flag in t.steps) for cap, t in traces.items()}
+    assert probe_steps[2] * 4 < probe_steps[None]
