@@ -206,7 +206,12 @@ def _contenders(args: argparse.Namespace) -> list[Contender]:
         contenders.append(CEILING)
     if args.contenders:
         wanted = args.contenders.split(",")
-        contenders = [c for c in contenders if c.label in wanted]
+        known = [c.label for c in contenders]
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise ValueError(f"--contenders: unknown {unknown}; choose from {known}")
+        # NOTE: every ratio is to `off`, so the baseline always runs.
+        contenders = [c for c in contenders if c.label in wanted or c.label == "off"]
     return contenders
 
 

@@ -101,12 +101,18 @@ def test_compare_replays_the_trace_at_the_preset_rate(
             "--trace",
             str(trace),
             "--contenders",
-            "off,fixed-1",
+            "fixed-1",  # `off`, the baseline of every ratio, runs anyway
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
     assert "| trace @ 3 qps |" in out
+    assert "| load | off | fixed-1 |" in out
+
+
+def test_compare_names_unknown_contenders() -> None:
+    with pytest.raises(ValueError, match=r"--contenders: unknown \['fixed-9'\]"):
+        main(["simulate", "compare", "--no-trace", "--contenders", "off,fixed-9"])
 
 
 def test_simulate_run_applies_policy_params(capsys: pytest.CaptureFixture[str]) -> None:
