@@ -52,6 +52,12 @@ def variants(
             base,
             replace(knobs, reclaim_draft_kv=not knobs.reclaim_draft_kv),
         ),
+        Variant("explore_bin_steps=2", with_params(base, explore_bin_steps=2), knobs),
+        Variant(
+            "reclaim + explore_bin_steps=2",
+            with_params(base, explore_bin_steps=2),
+            replace(knobs, reclaim_draft_kv=True),
+        ),
         Variant("contract_persist=1", base, replace(knobs, contract_persist_steps=1)),
         Variant("observe=step", base, replace(knobs, observed_time="step")),
         Variant("observe=pure", base, replace(knobs, observed_time="pure")),
