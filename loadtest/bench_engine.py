@@ -188,6 +188,33 @@ def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfi
     )
 
 
+def warm_up(llm: Any, args: argparse.Namespace) -> dict[int, float]:
+    """Nightjar alone learns over ``--warmup-rounds`` passes of the mixed sequence
+    (prompts the measured rounds do not use); mean tok/s per batch size."""
+    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
+    for r in range(args.warmup_rounds):
+        for b in BATCHES:
+            time.sleep(args.warmup_settle_s)
+            warmup[b].append(tps(llm, b, args, seed=1000 + r))
+        print(f"warm-up round {r} done", flush=True)
+    return {b: statistics.mean(v) for b, v in warmup.items()}
+
+
+def measured_rounds(
+    llms: dict[str, Any], measured: tuple[int, ...], args: argparse.Namespace
+) -> dict[str, dict[int, list[float]]]:
+    """tok/s of every engine, batch size and round; engine order reversed every round."""
+    samples: dict[str, dict[int, list[float]]] = {n: {b: [] for b in measured} for n in llms}
+    order = list(llms.items())
+    for r in range(args.rounds):
+        for b in measured:
+            for label, llm in order if r % 2 == 0 else order[::-1]:
+                time.sleep(args.settle_s)
+                samples[label][b].append(tps(llm, b, args, r, args.min_requests))
+        print(f"e2e round {r} done", flush=True)
+    return samples
+
+
 def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     """Every policy's engine alive together; nightjar warms up alone first, then
     all engines run the measured rounds interleaved (same prompts per round)."""
@@ -198,10 +225,6 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     if args.aa_control:
         lineup.append((AA_CONTROL, "off", {}))
     measured = tuple(int(b) for b in args.batches.split(","))
-    samples: dict[str, dict[int, list[float]]] = {
-        lbl: {b: [] for b in measured} for lbl, *_ in lineup
-    }
-    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
     with ExitStack() as stack:
         llms = {
             label: stack.enter_context(
@@ -211,18 +234,8 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         }
         for llm in llms.values():
             tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
-        for r in range(args.warmup_rounds):
-            for b in BATCHES:
-                time.sleep(args.warmup_settle_s)
-                warmup[b].append(tps(llms["nightjar"], b, args, seed=1000 + r))
-            print(f"warm-up round {r} done", flush=True)
-        order = list(llms.items())
-        for r in range(args.rounds):
-            for b in measured:
-                for label, llm in order if r % 2 == 0 else order[::-1]:
-                    time.sleep(args.settle_s)
-                    samples[label][b].append(tps(llm, b, args, r, args.min_requests))
-            print(f"e2e round {r} done", flush=True)
+        warmup = warm_up(llms["nightjar"], args)
+        samples = measured_rounds(llms, measured, args)
     res: dict[str, Any] = {
         label: {
             "tokens_per_s": {b: statistics.median(v) for b, v in per.items()},
@@ -230,7 +243,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         }
         for label, per in samples.items()
     }
-    res["nightjar"]["warmup_tokens_per_s"] = {b: statistics.mean(v) for b, v in warmup.items()}
+    res["nightjar"]["warmup_tokens_per_s"] = warmup
     return res
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 LEARNER = "nightjar"  # every other label in the e2e line-up is a static choice
-AA_CONTROL = "off (A/A control)"  # a second `off` engine: the noise floor, not a choice
+# NOTE: the label bench_engine.py gives its --aa-control engine (not imported: that
+# module needs vLLM, this one runs anywhere); a second `off`: the noise, not a choice.
+AA_CONTROL = "off (A/A control)"
 MIXED_SEQUENCE = (1, 4, 16, 48)
 
 
@@ -83,9 +85,9 @@ def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: in
             aa = res[AA_CONTROL]["tokens_per_s"][b] / res["off"]["tokens_per_s"][b]
             out += f"  A/A control / off {aa:.3f}" + paired(res, AA_CONTROL, "off", b) + "\n"
     if mixed:
-        mixed_s = {s: seconds(res[s]["tokens_per_s"], max_tokens) for s in static}
+        nj_s = seconds(nj, max_tokens)
         out += "mixed sequence, time of each static choice / nightjar's: " + ", ".join(
-            f"{s} {t / seconds(nj, max_tokens):.3f}" for s, t in mixed_s.items()
+            f"{s} {seconds(res[s]['tokens_per_s'], max_tokens) / nj_s:.3f}" for s in static
         )
         out += "\n"
     return out
