@@ -34,7 +34,12 @@ from nightjar_ray.sim.experiments import (
 )
 from nightjar_ray.sim.metrics import SimResult, summarize
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_setting
-from nightjar_ray.sim.report import absolute_table, ratio_table, summary_lines
+from nightjar_ray.sim.report import (
+    absolute_table,
+    ratio_table,
+    seed_summary_table,
+    summary_lines,
+)
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
 from nightjar_ray.sim.tuning import tune_row, variants
 from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
@@ -65,6 +70,12 @@ def register(subparsers: Any) -> None:
         "--with-ceiling", action="store_true", help="Add the gamma0+offload diagnostic."
     )
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    cmp_p.add_argument(
+        "--seeds",
+        default=None,
+        help="Comma-separated seeds (replaces --seed): one table per seed, then nightjar "
+        "against the oracle over the seeds.",
+    )
     cmp_p.set_defaults(func=compare)
     tune_p = sub.add_parser("tune", help="One-knob sweeps of the Nightjar defaults.")
     _common(tune_p)
@@ -230,37 +241,67 @@ def compare(args: argparse.Namespace) -> int:
     contenders = _contenders(args)
     labels = [c.label for c in contenders]
     knobs = _knobs_from_args(args)
-    rows: list[LoadRow] = []
-    if not args.trace_only:
-        loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
-        for qps in loads:
-            wl = build_workload(
-                _workload_from_args(args, "poisson", qps), setting, args.dataset, args.seed
-            )
-            rows.append(
-                compare_at_load(
-                    setting, contenders, wl, args.dataset, f"{qps:g} qps", args.seed, knobs
-                )
-            )
-    if not args.no_trace:
-        wl, label = trace_for_compare(args, setting)
-        rows.append(compare_at_load(setting, contenders, wl, args.dataset, label, args.seed, knobs))
-    print(f"setting {setting.name}, dataset {args.dataset}, seed {args.seed}")
-    print("\n".join(ratio_table(rows, labels)))
-    print("\nAbsolute throughput (tok/s):\n")
-    print("\n".join(absolute_table(rows, labels)))
+    seeds = _seeds(args)
+    rows_by_seed = {n: _compare_rows(args, setting, contenders, knobs, n) for n in seeds}
+    for n, rows in rows_by_seed.items():
+        print(f"setting {setting.name}, dataset {args.dataset}, seed {n}")
+        print("\n".join(ratio_table(rows, labels)))
+        print("\nAbsolute throughput (tok/s):\n")
+        print("\n".join(absolute_table(rows, labels)) + "\n")
+    if len(seeds) > 1 and "nightjar" in labels:
+        print(f"setting {setting.name}, dataset {args.dataset}, seeds {args.seeds}")
+        print("\n".join(seed_summary_table(rows_by_seed)))
     if not args.no_trace:
         print(f"\nTrace: {TRACE_ATTRIBUTION}")
     return 0
 
 
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """``--seeds`` as a list (``[--seed]`` without it); bad values fail naming the flag."""
+    if args.seeds is None:
+        return [args.seed]
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--seeds: expected comma-separated integers, got {args.seeds!r}"
+        ) from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"--seeds: expected distinct non-negative integers, got {args.seeds!r}")
+    return seeds
+
+
+def _compare_rows(
+    args: argparse.Namespace,
+    setting: Setting,
+    contenders: list[Contender],
+    knobs: RunKnobs,
+    seed: int,
+) -> list[LoadRow]:
+    """Every contender at each Poisson load (unless --trace-only) and on the trace."""
+    rows: list[LoadRow] = []
+    if not args.trace_only:
+        loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
+        for qps in loads:
+            wl = build_workload(
+                _workload_from_args(args, "poisson", qps), setting, args.dataset, seed
+            )
+            rows.append(
+                compare_at_load(setting, contenders, wl, args.dataset, f"{qps:g} qps", seed, knobs)
+            )
+    if not args.no_trace:
+        wl, label = trace_for_compare(args, setting, seed)
+        rows.append(compare_at_load(setting, contenders, wl, args.dataset, label, seed, knobs))
+    return rows
+
+
 def trace_for_compare(
-    args: argparse.Namespace, setting: Setting
+    args: argparse.Namespace, setting: Setting, seed: int
 ) -> tuple[tuple[RequestSpec, ...], str]:
     """The trace workload at ``--trace-qps`` or the setting's ``trace_qps``, and its label."""
     qps = args.trace_qps if args.trace_qps is not None else setting.trace_qps
     cfg = _workload_from_args(args, "trace", 1.0).model_copy(update={"trace_qps": qps})
-    return build_workload(cfg, setting, args.dataset, args.seed), f"trace @ {qps:g} qps"
+    return build_workload(cfg, setting, args.dataset, seed), f"trace @ {qps:g} qps"
 
 
 def tune(args: argparse.Namespace) -> int:

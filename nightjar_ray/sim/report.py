@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from nightjar_ray.sim.experiments import LoadRow
 from nightjar_ray.sim.metrics import Summary
@@ -43,6 +43,34 @@ def ratio_table(rows: Sequence[LoadRow], labels: Sequence[str]) -> list[str]:
             f"| {row.load} | "
             + " | ".join(cells)
             + f" | {o_tput:.3f} / {o_lat:.2f} ({row.oracle_label}) | {gap:.3f} |"
+        )
+    return out
+
+
+def seed_summary_table(rows_by_seed: Mapping[int, Sequence[LoadRow]]) -> list[str]:
+    """Nightjar against the oracle (best static per seed, in hindsight) at each load over seeds.
+
+    Columns: nightjar's throughput over the oracle's in each seed, their mean and worst, the
+    number of seeds where nightjar is ahead (ratio > 1), and nightjar's mean E2E latency
+    over the oracle's, averaged over seeds. Rows are matched by position (same loads)."""
+    seeds = sorted(rows_by_seed)
+    head = "| load | " + " | ".join(f"seed {n}" for n in seeds)
+    out = [
+        "nightjar throughput / oracle throughput per seed (oracle: best static in that seed):",
+        "",
+        head + " | mean | worst | ahead in | mean E2E latency / oracle's |",
+        "|" + "---|" * (len(seeds) + 5),
+    ]
+    for i, first in enumerate(rows_by_seed[seeds[0]]):
+        rows = [rows_by_seed[n][i] for n in seeds]
+        tput = [row.ratio("nightjar", row.oracle_label)[0] for row in rows]
+        lat = [row.ratio("nightjar", row.oracle_label)[1] for row in rows]
+        ahead = sum(t > 1.0 for t in tput)
+        out.append(
+            f"| {first.load} | "
+            + " | ".join(f"{t:.3f} ({row.oracle_label})" for t, row in zip(tput, rows, strict=True))
+            + f" | {sum(tput) / len(tput):.3f} | {min(tput):.3f} | {ahead}/{len(tput)}"
+            + f" | {sum(lat) / len(lat):.2f} |"
         )
     return out
 

@@ -149,3 +149,37 @@ def test_contract_persist_flag_reaches_the_elastic_memory(monkeypatch: pytest.Mo
     assert elastic_params(get_setting("rtx4090-7b"), seen[-1]).contract_persist_steps == 3
     with pytest.raises(ValidationError, match="contract_persist_steps"):
         ScenarioConfig.model_validate({"contract_persist_steps": 0})
+
+
+def _nightjar_gap(table: str) -> float:
+    """The `nightjar / oracle` cell of a one-load ratio table."""
+    row = next(line for line in table.splitlines() if line.startswith("| 2 qps |"))
+    return float(row.rstrip(" |").rsplit("|", 1)[1])
+
+
+def test_compare_over_seeds_summarises_nightjar_against_each_seeds_oracle(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", "compare", "--setting", "a100-13b", "--qps", "2", "--num-requests", "40"]
+    argv += ["--no-trace", "--contenders", "nightjar,fixed-4"]
+    gaps = []
+    for seed in ("0", "1", "2"):
+        assert main([*argv, "--seed", seed]) == 0
+        gaps.append(_nightjar_gap(capsys.readouterr().out))
+    assert len(set(gaps)) > 1  # the seeds differ, so the summary has something to average
+    assert main([*argv, "--seeds", "0,1,2"]) == 0
+    out = capsys.readouterr().out
+    per_seed, summary = out.split("seeds 0,1,2")
+    assert [_nightjar_gap(t) for t in per_seed.split("seed ")[1:]] == gaps
+    row = next(line for line in summary.splitlines() if line.startswith("| 2 qps |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert [float(c.split()[0]) for c in cells[1:4]] == gaps
+    assert float(cells[4]) == pytest.approx(sum(gaps) / 3, abs=1e-3)
+    assert float(cells[5]) == min(gaps)
+    assert cells[6] == f"{sum(g > 1.0 for g in gaps)}/3"
+
+
+@pytest.mark.parametrize("seeds", ["0,x", "1,1", "-1"])
+def test_compare_rejects_bad_seeds_naming_the_flag(seeds: str) -> None:
+    with pytest.raises(ValueError, match=r"--seeds: expected"):
+        main(["simulate", "compare", "--no-trace", "--seeds", seeds])
