@@ -27,6 +27,7 @@ from nightjar_ray.sim.experiments import (
     Contender,
     LoadRow,
     RunKnobs,
+    batch_oracle,
     compare_at_load,
     default_contenders,
     run_contender,
@@ -68,6 +69,11 @@ def register(subparsers: Any) -> None:
     cmp_p.add_argument("--contenders", default=None, help="Comma-separated labels to run.")
     cmp_p.add_argument(
         "--with-ceiling", action="store_true", help="Add the gamma0+offload diagnostic."
+    )
+    cmp_p.add_argument(
+        "--with-batch-oracle",
+        action="store_true",
+        help="Add batch-oracle: the cost model's best gamma per batch size, run as nightjar.",
     )
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     cmp_p.add_argument(
@@ -215,6 +221,8 @@ def _contenders(args: argparse.Namespace) -> list[Contender]:
     )
     if args.with_ceiling:
         contenders.append(CEILING)
+    if args.with_batch_oracle:
+        contenders.append(batch_oracle(get_setting(args.setting), args.dataset, args.gamma_max))
     if args.contenders:
         wanted = args.contenders.split(",")
         known = [c.label for c in contenders]

@@ -24,7 +24,7 @@ from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.policy.config import NightjarPolicyConfig
 from nightjar_ray.policy.nightjar import NightjarPolicy
-from nightjar_ray.sim.calibration import simulated_switch_cost
+from nightjar_ray.sim.calibration import simulated_switch_cost, token_latency_s
 from nightjar_ray.sim.elastic import ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.metrics import SimResult, Summary, summarize
@@ -98,6 +98,37 @@ def default_contenders(
 CEILING = Contender("gamma0+offload", "off", skip_draft=True, elastic=True)
 """Diagnostic: draft loaded but never used, offloaded at the first memory pressure: the most
 any draft-loaded policy can get under load (``off`` has no draft and smaller blocks)."""
+
+
+BATCH_ORACLE_CONTEXT_TOKENS = 512
+"""Context length at which ``batch_oracle`` reads the cost model (as ``simulate calibrate``)."""
+
+
+def batch_oracle(setting: Setting, dataset: str, gamma_max: int = 4) -> Contender:
+    """Diagnostic: the cost model's fastest gamma at every batch size, run as nightjar is.
+
+    A vLLM-style per-batch-size table (``vllm-static``) read off the simulator's own cost
+    model at ``BATCH_ORACLE_CONTEXT_TOKENS`` of context and the dataset's mean acceptance,
+    with nightjar's engine setup (true skip on gamma = 0, elastic offload): what a policy
+    that knew the hardware in advance would play, with no learning and no probes. A
+    reference, not a bound: it reads the model at one context length and mean acceptance,
+    so a learned schedule can beat it; where it is level with the best static choice, a
+    gamma schedule has little to gain (docs/benchmarks.md, trace replays over five seeds).
+    """
+    acc = setting.acceptance_for(dataset)
+    arms = range(gamma_max + 1)
+    table: list[tuple[int, int, int]] = []
+    for b in range(1, setting.max_num_seqs + 1):
+        lat = [token_latency_s(setting, b, g, BATCH_ORACLE_CONTEXT_TOKENS, acc) for g in arms]
+        gamma = min(arms, key=lat.__getitem__)
+        if table and table[-1][2] == gamma:
+            table[-1] = (table[-1][0], b, gamma)
+        else:
+            table.append((b, b, gamma))
+    lo, _, gamma = table[-1]
+    table[-1] = (lo, 1 << 20, gamma)  # batch sizes past max_num_seqs keep the last arm
+    params = {"gamma_max": gamma_max, "num_speculative_tokens_per_batch_size": table}
+    return Contender("batch-oracle", "vllm-static", params, skip_draft=True, elastic=True)
 
 
 def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
