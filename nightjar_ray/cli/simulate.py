@@ -28,7 +28,7 @@ from nightjar_ray.sim.experiments import (
     LoadRow,
     RunKnobs,
     batch_oracle,
-    compare_at_load,
+    compare_loads,
     default_contenders,
     run_contender,
     with_params,
@@ -76,6 +76,12 @@ def register(subparsers: Any) -> None:
         help="Add batch-oracle: the cost model's best gamma per batch size, run as nightjar.",
     )
     cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    cmp_p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="Processes to run the simulations in (results are the same for any value).",
+    )
     cmp_p.add_argument(
         "--seeds",
         default=None,
@@ -250,12 +256,25 @@ def compare(args: argparse.Namespace) -> int:
     labels = [c.label for c in contenders]
     knobs = _knobs_from_args(args)
     seeds = _seeds(args)
-    rows_by_seed = {n: _compare_rows(args, setting, contenders, knobs, n) for n in seeds}
-    for n, rows in rows_by_seed.items():
+    if args.jobs < 1:
+        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    cases = [(n, load, wl) for n in seeds for load, wl in _compare_workloads(args, setting, n)]
+    rows = compare_loads(
+        setting,
+        contenders,
+        [(load, n, wl) for n, load, wl in cases],
+        args.dataset,
+        knobs,
+        args.jobs,
+    )
+    rows_by_seed: dict[int, list[LoadRow]] = {n: [] for n in seeds}
+    for (n, _, _), row in zip(cases, rows, strict=True):
+        rows_by_seed[n].append(row)
+    for n, seed_rows in rows_by_seed.items():
         print(f"setting {setting.name}, dataset {args.dataset}, seed {n}")
-        print("\n".join(ratio_table(rows, labels)))
+        print("\n".join(ratio_table(seed_rows, labels)))
         print("\nAbsolute throughput (tok/s):\n")
-        print("\n".join(absolute_table(rows, labels)) + "\n")
+        print("\n".join(absolute_table(seed_rows, labels)) + "\n")
     if len(seeds) > 1 and "nightjar" in labels:
         print(f"setting {setting.name}, dataset {args.dataset}, seeds {args.seeds}")
         print("\n".join(seed_summary_table(rows_by_seed)))
@@ -279,28 +298,20 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     return seeds
 
 
-def _compare_rows(
-    args: argparse.Namespace,
-    setting: Setting,
-    contenders: list[Contender],
-    knobs: RunKnobs,
-    seed: int,
-) -> list[LoadRow]:
-    """Every contender at each Poisson load (unless --trace-only) and on the trace."""
-    rows: list[LoadRow] = []
+def _compare_workloads(
+    args: argparse.Namespace, setting: Setting, seed: int
+) -> list[tuple[str, tuple[RequestSpec, ...]]]:
+    """(load label, workload) of each Poisson load (unless --trace-only) and of the trace."""
+    out: list[tuple[str, tuple[RequestSpec, ...]]] = []
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:
-            wl = build_workload(
-                _workload_from_args(args, "poisson", qps), setting, args.dataset, seed
-            )
-            rows.append(
-                compare_at_load(setting, contenders, wl, args.dataset, f"{qps:g} qps", seed, knobs)
-            )
+            cfg = _workload_from_args(args, "poisson", qps)
+            out.append((f"{qps:g} qps", build_workload(cfg, setting, args.dataset, seed)))
     if not args.no_trace:
         wl, label = trace_for_compare(args, setting, seed)
-        rows.append(compare_at_load(setting, contenders, wl, args.dataset, label, seed, knobs))
-    return rows
+        out.append((label, wl))
+    return out
 
 
 def trace_for_compare(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -207,20 +208,60 @@ def oracle_label(summaries: dict[str, Summary]) -> str:
     return max(static, key=lambda k: summaries[k].throughput_tokens_per_s)
 
 
-def compare_at_load(
+@dataclass(frozen=True)
+class RunTask:
+    """One contender on one workload: the unit ``run_summaries`` fans out."""
+
+    setting: Setting
+    contender: Contender
+    workload: tuple[RequestSpec, ...]
+    dataset: str
+    seed: int
+    knobs: RunKnobs = RunKnobs()
+
+
+def summarize_task(task: RunTask) -> Summary:
+    """Run ``task`` and summarize it (a module-level function, so processes can run it)."""
+    result = run_contender(
+        task.setting, task.contender, task.workload, task.dataset, task.seed, task.knobs
+    )
+    return summarize(result)
+
+
+def run_summaries(tasks: Sequence[RunTask], jobs: int = 1) -> list[Summary]:
+    """Summaries of ``tasks`` in order; with ``jobs`` > 1, in that many processes.
+
+    NOTE: a run depends on its task alone (its seed, its workload), so the summaries are
+    the same for every ``jobs``.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if jobs == 1 or len(tasks) <= 1:
+        return [summarize_task(t) for t in tasks]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        return list(pool.map(summarize_task, tasks))
+
+
+def compare_loads(
     setting: Setting,
     contenders: Sequence[Contender],
-    workload: Sequence[RequestSpec],
+    cases: Sequence[tuple[str, int, Sequence[RequestSpec]]],
     dataset: str,
-    load: str,
-    seed: int,
     knobs: RunKnobs = RunKnobs(),
-) -> LoadRow:
-    summaries = {
-        c.label: summarize(run_contender(setting, c, workload, dataset, seed, knobs))
+    jobs: int = 1,
+) -> list[LoadRow]:
+    """Every contender on every ``(load label, seed, workload)`` case, one row per case."""
+    tasks = [
+        RunTask(setting, c, tuple(wl), dataset, seed, knobs)
+        for _, seed, wl in cases
         for c in contenders
-    }
-    return LoadRow(load, summaries, oracle_label(summaries))
+    ]
+    summaries = iter(run_summaries(tasks, jobs))
+    rows = []
+    for load, _, _ in cases:
+        by_label = {c.label: next(summaries) for c in contenders}
+        rows.append(LoadRow(load, by_label, oracle_label(by_label)))
+    return rows
 
 
 def with_params(c: Contender, **params: Any) -> Contender:

@@ -183,3 +183,22 @@ def test_compare_over_seeds_summarises_nightjar_against_each_seeds_oracle(
 def test_compare_rejects_bad_seeds_naming_the_flag(seeds: str) -> None:
     with pytest.raises(ValueError, match=r"--seeds: expected"):
         main(["simulate", "compare", "--no-trace", "--seeds", seeds])
+
+
+def test_compare_in_processes_prints_what_one_process_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["simulate", "compare", "--setting", "rtx4090-7b", "--qps", "4,12"]
+    argv += ["--num-requests", "40", "--no-trace", "--contenders", "nightjar,fixed-2"]
+    argv += ["--seeds", "0,1"]
+    assert main(argv) == 0
+    serial = capsys.readouterr().out
+    assert main([*argv, "--jobs", "3"]) == 0
+    assert capsys.readouterr().out == serial
+    # per seed a ratio and an absolute table, then the summary
+    assert serial.count("| 4 qps |") == 5 and serial.count("| 12 qps |") == 5
+
+
+def test_compare_rejects_jobs_below_one() -> None:
+    with pytest.raises(ValueError, match=r"--jobs: expected an integer >= 1"):
+        main(["simulate", "compare", "--no-trace", "--jobs", "0"])
