@@ -46,22 +46,24 @@ profile-switch-cost: $(VENV)/.installed-dev
 
 # Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); needs ../shared/data.
 SIM_SETTINGS := rtx4090-7b a100-13b l20x2-32b
+SIM_JOBS ?= 1
+SIM := $(BIN)/nightjar-ray simulate compare --jobs $(SIM_JOBS)
 bench-sim: $(VENV)/.installed-dev
 	for s in $(SIM_SETTINGS); do for n in 0 1 2; do \
-		$(BIN)/nightjar-ray simulate compare --setting $$s --no-trace --seed $$n; done; done
+		$(SIM) --setting $$s --no-trace --seed $$n; done; done
 	for s in $(SIM_SETTINGS); do for d in sharegpt alpaca specbench; do \
-		$(BIN)/nightjar-ray simulate compare --setting $$s --dataset $$d --trace-only; done; done
+		$(SIM) --setting $$s --dataset $$d --trace-only; done; done
 	for s in $(SIM_SETTINGS); do \
-		$(BIN)/nightjar-ray simulate compare --setting $$s --num-requests 3000 --no-trace; done
-	$(BIN)/nightjar-ray simulate compare --setting rtx4090-7b --dataset sharegpt --trace-only \
+		$(SIM) --setting $$s --num-requests 3000 --no-trace; done
+	$(SIM) --setting rtx4090-7b --dataset sharegpt --trace-only \
 		--trace-qps 6
-	$(BIN)/nightjar-ray simulate compare --setting rtx4090-7b --num-requests 3000 --no-trace \
+	$(SIM) --setting rtx4090-7b --num-requests 3000 --no-trace \
 		--with-ceiling --contenders nightjar,off,fixed-1,gamma0+offload --qps 10,20,35
 	for s in $(SIM_SETTINGS); do \
-		$(BIN)/nightjar-ray simulate compare --setting $$s --num-requests 3000 --no-trace \
+		$(SIM) --setting $$s --num-requests 3000 --no-trace \
 			--reclaim-draft-kv --with-ceiling; \
 		for d in sharegpt alpaca specbench; do \
-		$(BIN)/nightjar-ray simulate compare --setting $$s --dataset $$d --trace-only \
+		$(SIM) --setting $$s --dataset $$d --trace-only \
 			--reclaim-draft-kv --contenders nightjar,off,fixed-1,fixed-2; done; done
 	for s in $(SIM_SETTINGS); do $(BIN)/nightjar-ray simulate tune --setting $$s; done
 
