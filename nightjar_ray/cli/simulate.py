@@ -221,14 +221,14 @@ def write_timeline(result: SimResult, path: str) -> None:
             )
 
 
-def _contenders(args: argparse.Namespace) -> list[Contender]:
+def _contenders(args: argparse.Namespace, setting: Setting) -> list[Contender]:
     contenders = default_contenders(
         args.gamma_max, json.loads(args.nightjar_params), args.max_fixed_gamma
     )
     if args.with_ceiling:
         contenders.append(CEILING)
     if args.with_batch_oracle:
-        contenders.append(batch_oracle(get_setting(args.setting), args.dataset, args.gamma_max))
+        contenders.append(batch_oracle(setting, args.dataset, args.gamma_max))
     if args.contenders:
         wanted = args.contenders.split(",")
         known = [c.label for c in contenders]
@@ -252,23 +252,16 @@ def _knobs_from_args(args: argparse.Namespace) -> RunKnobs:
 
 def compare(args: argparse.Namespace) -> int:
     setting = get_setting(args.setting)
-    contenders = _contenders(args)
+    contenders = _contenders(args, setting)
     labels = [c.label for c in contenders]
     knobs = _knobs_from_args(args)
     seeds = _seeds(args)
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
-    cases = [(n, load, wl) for n in seeds for load, wl in _compare_workloads(args, setting, n)]
-    rows = compare_loads(
-        setting,
-        contenders,
-        [(load, n, wl) for n, load, wl in cases],
-        args.dataset,
-        knobs,
-        args.jobs,
-    )
+    cases = [(load, n, wl) for n in seeds for load, wl in _compare_workloads(args, setting, n)]
+    rows = compare_loads(setting, contenders, cases, args.dataset, knobs, args.jobs)
     rows_by_seed: dict[int, list[LoadRow]] = {n: [] for n in seeds}
-    for (n, _, _), row in zip(cases, rows, strict=True):
+    for (_, n, _), row in zip(cases, rows, strict=True):
         rows_by_seed[n].append(row)
     for n, seed_rows in rows_by_seed.items():
         print(f"setting {setting.name}, dataset {args.dataset}, seed {n}")

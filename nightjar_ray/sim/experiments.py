@@ -251,9 +251,10 @@ def compare_loads(
     jobs: int = 1,
 ) -> list[LoadRow]:
     """Every contender on every ``(load label, seed, workload)`` case, one row per case."""
+    workloads = [tuple(wl) for _, _, wl in cases]  # NOTE: one copy per case, shared by its runs
     tasks = [
-        RunTask(setting, c, tuple(wl), dataset, seed, knobs)
-        for _, seed, wl in cases
+        RunTask(setting, c, wl, dataset, seed, knobs)
+        for (_, seed, _), wl in zip(cases, workloads, strict=True)
         for c in contenders
     ]
     summaries = iter(run_summaries(tasks, jobs))

@@ -63,8 +63,7 @@ def seed_summary_table(rows_by_seed: Mapping[int, Sequence[LoadRow]]) -> list[st
     ]
     for i, first in enumerate(rows_by_seed[seeds[0]]):
         rows = [rows_by_seed[n][i] for n in seeds]
-        tput = [row.ratio("nightjar", row.oracle_label)[0] for row in rows]
-        lat = [row.ratio("nightjar", row.oracle_label)[1] for row in rows]
+        tput, lat = zip(*(row.ratio("nightjar", row.oracle_label) for row in rows), strict=True)
         ahead = sum(t > 1.0 for t in tput)
         out.append(
             f"| {first.load} | "
