@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint typecheck unit bench-policy bench-sim bench-engine profile-switch-cost clean
+.PHONY: demo test lint typecheck unit bench-policy bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,24 +48,30 @@ profile-switch-cost: $(VENV)/.installed-dev
 SIM_SETTINGS := rtx4090-7b a100-13b l20x2-32b
 SIM_JOBS ?= 1
 SIM := $(BIN)/nightjar-ray simulate compare --jobs $(SIM_JOBS)
+# The paper's offload (weights only) and uncapped probes: the simulator's defaults before
+# they changed (docs/simulator.md, "Choosing defaults").
+PAPER_OFFLOAD := --no-reclaim-draft-kv --nightjar-params '{"explore_bin_steps": null}'
 bench-sim: $(VENV)/.installed-dev
 	for s in $(SIM_SETTINGS); do for n in 0 1 2; do \
 		$(SIM) --setting $$s --no-trace --seed $$n; done; done
 	for s in $(SIM_SETTINGS); do for d in sharegpt alpaca specbench; do \
 		$(SIM) --setting $$s --dataset $$d --trace-only; done; done
+	$(SIM) --setting rtx4090-7b --dataset sharegpt --trace-only --trace-qps 6
 	for s in $(SIM_SETTINGS); do \
-		$(SIM) --setting $$s --num-requests 3000 --no-trace; done
-	$(SIM) --setting rtx4090-7b --dataset sharegpt --trace-only \
-		--trace-qps 6
-	$(SIM) --setting rtx4090-7b --num-requests 3000 --no-trace \
+		$(SIM) --setting $$s --num-requests 3000 --no-trace --with-ceiling; done
+	$(SIM) --setting rtx4090-7b --num-requests 3000 --no-trace $(PAPER_OFFLOAD) \
 		--with-ceiling --contenders nightjar,off,fixed-1,gamma0+offload --qps 10,20,35
-	for s in $(SIM_SETTINGS); do \
-		$(SIM) --setting $$s --num-requests 3000 --no-trace \
-			--reclaim-draft-kv --with-ceiling; \
-		for d in sharegpt alpaca specbench; do \
-		$(SIM) --setting $$s --dataset $$d --trace-only \
-			--reclaim-draft-kv --contenders nightjar,off,fixed-1,fixed-2; done; done
 	for s in $(SIM_SETTINGS); do $(BIN)/nightjar-ray simulate tune --setting $$s; done
+
+# Trace replays over five seeds (docs/benchmarks.md, "Trace replays over five seeds").
+SIM_STATICS := off,fixed-1,fixed-2,fixed-3,fixed-4
+bench-sim-seeds: $(VENV)/.installed-dev
+	for s in rtx4090-7b l20x2-32b; do for d in sharegpt specbench; do \
+		$(SIM) --setting $$s --dataset $$d --trace-only --seeds 0,1,2,3,4 \
+			--contenders nightjar,$(SIM_STATICS); done; done
+	for d in sharegpt specbench; do \
+		$(SIM) --setting a100-13b --dataset $$d --trace-only --seeds 0,1,2,3,4 \
+			--contenders nightjar,$(SIM_STATICS),fixed-5; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,7 @@ NIGHTJAR_DEFAULTS: dict[str, Any] = {
     "bucketing": "pow2",
     "switch_cost_weight": 0.03,
     "exploration": "local",
+    "explore_bin_steps": 2,
 }
 """Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
 
@@ -56,8 +57,9 @@ class RunKnobs:
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
     observed_time: Literal["step", "decode", "pure"] = "decode"
     """What policies observe (``ServerOptions.observed_time``)."""
-    reclaim_draft_kv: bool = False
-    """Offload frees the draft's per-block KV share too (``ElasticParams``)."""
+    reclaim_draft_kv: bool = True
+    """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
+    paper's weights-only offload, docs/simulator.md)."""
 
 
 @dataclass(frozen=True)

@@ -134,12 +134,14 @@ def _capture_knobs(monkeypatch: pytest.MonkeyPatch) -> list[RunKnobs]:
 
 
 def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reclaim is the simulator's default; ``--no-reclaim-draft-kv`` is the paper's offload."""
     seen = _capture_knobs(monkeypatch)
-    for flag, expected in (([], False), (["--reclaim-draft-kv"], True)):
+    for flag, expected in (([], True), (["--no-reclaim-draft-kv"], False)):
         with pytest.raises(SystemExit):
             main(["simulate", "run", "--num-requests", "5", *flag])
         assert seen[-1].reclaim_draft_kv is expected
-    assert ScenarioConfig.model_validate({"reclaim_draft_kv": True}).knobs.reclaim_draft_kv
+    assert ScenarioConfig.model_validate({}).knobs.reclaim_draft_kv
+    assert not ScenarioConfig.model_validate({"reclaim_draft_kv": False}).knobs.reclaim_draft_kv
 
 
 def test_contract_persist_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -75,7 +75,9 @@ def test_skip_mode_pays_catch_up_and_sync_mode_does_not() -> None:
 
 
 def _elastic(setting_name: str = "rtx4090-7b", persist: int = 4) -> ElasticParams:
-    return elastic_params(get_setting(setting_name), RunKnobs(0.10, persist))
+    return elastic_params(
+        get_setting(setting_name), RunKnobs(0.10, persist, reclaim_draft_kv=False)
+    )
 
 
 def test_offload_under_pressure_then_reload_when_quiet() -> None:
