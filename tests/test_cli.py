@@ -10,8 +10,8 @@ import pytest
 from nightjar_ray.cli.main import main
 
 
-def test_demo_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--tokens-per-phase", "2000", "--rounds", "1"]) == 0
+def test_policy_table_prints_every_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy-table", "--tokens-per-phase", "2000", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     for label in ("off", "fixed g=2", "vllm-static", "dsd", "ucbspec", "exp3spec", "nightjar"):
         assert f"\n{label} " in out
@@ -37,4 +37,4 @@ def test_console_script_help() -> None:
         capture_output=True,
         text=True,
     ).stdout
-    assert "demo" in out and "bench-policy" in out
+    assert "demo" in out and "policy-table" in out and "bench-policy" in out

@@ -1,63 +1,198 @@
 """``nightjar-ray demo``: the main job.
 
-Until the Ray Serve app exists this runs every policy against the recorded CPU
-environment (``nightjar_ray.sim.envs.measured_cpu_env``): a load sequence that
-moves through batch sizes 1, 4, 16 and 48 with the same work (tokens) in each
-phase, and prints each phase's throughput as a ratio to speculation ``off``.
+Starts a local Ray cluster, generates the embedded default model pair (cached),
+deploys the Nightjar Serve app (the same config as ``deploy/cpu-demo.yaml``),
+drives a low -> high -> low streaming load through the OpenAI endpoint and
+prints, per phase: throughput, TTFT/TPOT, the gamma distribution and draft
+residency (from the replicas' reports to the policy actor). Then it keeps
+serving until interrupted, or exits with ``--exit-after-report``.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
+import asyncio
+import os
+import sys
+import threading
+import time
 from typing import Any
 
-from nightjar_ray.policy import build_policy
-from nightjar_ray.sim.envs import measured_cpu_env
-from nightjar_ray.sim.loop import LoopResult, run_phases
+from nightjar_ray.cli.demo_report import ReplicaReports, print_report
+from nightjar_ray.cli.load import PhaseResult, RequestRecord, run_phase
 
-DEMO_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("off", "off", {}),
-    ("fixed g=1", "fixed", {"gamma": 1}),
-    ("fixed g=2", "fixed", {"gamma": 2}),
-    ("fixed g=3", "fixed", {"gamma": 3}),
-    ("vllm-static", "vllm-static", {}),
-    ("dsd", "dsd", {}),
-    ("ucbspec", "ucbspec", {}),
-    ("exp3spec", "exp3spec", {}),
-    ("nightjar", "nightjar", {}),
-    ("nightjar-tw", "nightjar", {"latency_estimator": "token-weighted"}),
-)
-BATCHES = (1, 4, 16, 48)
+APP_NAME = "nightjar"
+MODEL_ID = "nightjar-demo"
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("demo", help="Run the main job (see README).")
-    parser.add_argument("--tokens-per-phase", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=3, help="Times the 1/4/16/48 cycle repeats.")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = subparsers.add_parser(
+        "demo", help="The main job: serve the generated pair with Nightjar, drive load, report."
+    )
+    parser.add_argument("--pair", choices=("default", "tiny"), default="default")
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--phase-seconds", type=float, default=30.0)
+    parser.add_argument("--low-concurrency", type=int, default=1)
+    parser.add_argument("--high-concurrency", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=8080)
+    parser.add_argument(
+        "--exit-after-report", action="store_true", help="Shut down after the report."
+    )
     parser.set_defaults(func=run)
 
 
-def per_batch(results: list[LoopResult]) -> dict[int, float]:
-    """Seconds spent per batch size over all rounds."""
-    seconds = dict.fromkeys(BATCHES, 0.0)
-    for i, r in enumerate(results):
-        seconds[BATCHES[i % len(BATCHES)]] += r.duration_s
-    return seconds
+def demo_app_args(pair: str, replicas: int) -> dict[str, Any]:
+    """The app config of ``deploy/cpu-demo.yaml`` for ``pair`` (a test checks they agree)."""
+    return {
+        "model_loading_config": {"model_id": MODEL_ID, "model_source": f"generated:{pair}"},
+        "engine_kwargs": {
+            "speculative_config": {"method": "draft_model", "model": f"generated:{pair}/draft"},
+            "max_model_len": 1024,
+            "max_num_seqs": 32,
+        },
+        "placement_group_config": {"bundles": [{"CPU": 1}]},
+        "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "2"}},
+        "deployment_config": {"num_replicas": replicas},
+        "nightjar": {"policy": "nightjar", "gamma_max": 4, "pooling": {"sync_interval_s": 1.0}},
+    }
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _deploy(args: argparse.Namespace) -> None:
+    import ray
+    from ray import serve
+
+    from nightjar_ray.serve import build_app
+    from nightjar_ray.serve.config import parse_app_config
+
+    _say(f"[1/4] Generating the '{args.pair}' model pair (cached after the first run)...")
+    app_args = demo_app_args(args.pair, args.replicas)
+    parse_app_config(app_args)
+    _say("[2/4] Starting a local Ray cluster...")
+    # NOTE: logical CPUs above the physical count: the replica's placement group holds
+    # 2 CPUs and Serve's proxy, router and the policy actor need room next to it.
+    ray.init(num_cpus=max(8, 4 * (os.cpu_count() or 1)), _metrics_export_port=args.metrics_port)
+    app = build_app(app_args)
+    serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
+    _say(f"[3/4] Deploying the Nightjar app ({args.replicas} replica(s); vLLM starts up)...")
+    done = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(done, "deploying"), daemon=True)
+    ticker.start()
+    try:
+        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    finally:
+        done.set()
+        ticker.join()
+
+
+def _tick(done: threading.Event, what: str) -> None:
+    start = time.monotonic()
+    while not done.wait(5.0):
+        _say(f"      ... {what} ({time.monotonic() - start:.0f} s)")
+
+
+class Progress:
+    """One status line per second on a terminal, one per 10 s otherwise."""
+
+    def __init__(self, phase: PhaseResult, seconds: float) -> None:
+        self.phase, self.seconds = phase, seconds
+        self.start = time.monotonic()
+        self.tokens = 0
+        self.tty = sys.stdout.isatty()
+        self.last = 0.0
+
+    def on_record(self, record: RequestRecord) -> None:
+        self.tokens += record.num_output_tokens
+        self.maybe_print()
+
+    def maybe_print(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < (1.0 if self.tty else 10.0):
+            return
+        self.last = now
+        elapsed = now - self.start
+        line = (
+            f"      [{self.phase.name:<8}] {min(elapsed, self.seconds):5.1f}/{self.seconds:.0f} s"
+            f"  requests {len(self.phase.ok):4d} ok {self.phase.num_failed} failed"
+            f"  {self.tokens / max(elapsed, 1e-9):7.1f} tok/s"
+        )
+        print("\r" + line if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+
+async def _phase_with_progress(
+    args: argparse.Namespace, phase: PhaseResult, seed: int
+) -> PhaseResult:
+    progress = Progress(phase, args.phase_seconds)
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            progress.maybe_print()
+
+    task = asyncio.create_task(ticker())
+    url = f"http://127.0.0.1:{args.http_port}"
+    try:
+        await run_phase(
+            url, MODEL_ID, phase, args.phase_seconds, args.max_tokens, progress.on_record, seed
+        )
+    finally:
+        task.cancel()
+    progress.maybe_print(force=True)
+    if progress.tty:
+        print()
+    return phase
+
+
+def _drive(args: argparse.Namespace, reports: ReplicaReports) -> list[tuple[PhaseResult, Any]]:
+    plan = (
+        ("low", args.low_concurrency),
+        ("high", args.high_concurrency),
+        ("low", args.low_concurrency),
+    )
+    _say(f"[4/4] Driving load: low -> high -> low, {args.phase_seconds:.0f} s each")
+    results = []
+    before = reports.wait_fresh(time.time())
+    for i, (name, concurrency) in enumerate(plan):
+        phase = asyncio.run(_phase_with_progress(args, PhaseResult(name, concurrency), i))
+        after = reports.wait_fresh(time.time())
+        results.append((phase, reports.delta(before, after)))
+        before = after
+    return results
+
+
+def _serve_forever(args: argparse.Namespace) -> None:
+    url = f"http://127.0.0.1:{args.http_port}"
+    _say(
+        f"\nServing {MODEL_ID!r} at {url}/v1 (OpenAI API); metrics at "
+        f"http://127.0.0.1:{args.metrics_port}/metrics. Ctrl-C to stop. Try:\n"
+        f"  curl {url}/v1/completions -H 'Content-Type: application/json' \\\n"
+        f'    -d \'{{"model": "{MODEL_ID}", "prompt": "def parse(", "max_tokens": 32}}\''
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        _say("Stopping.")
 
 
 def run(args: argparse.Namespace) -> int:
-    env = measured_cpu_env()
-    phases = [(b, args.tokens_per_phase) for _ in range(args.rounds) for b in BATCHES]
-    print("Policies on the recorded 2-core CPU measurements (s=0.05 pair), same work per phase.")
-    print("Throughput ratio to `off` per batch size and overall (higher is better):")
-    print(f"{'policy':<12} " + " ".join(f"{'B=' + str(b):>7}" for b in BATCHES) + "   overall")
-    base: dict[int, float] | None = None
-    for label, name, params in DEMO_POLICIES:
-        policy = build_policy(name, params, rng=random.Random(args.seed + 1))
-        seconds = per_batch(run_phases(policy, env, phases, random.Random(args.seed)))
-        base = base or seconds
-        cells = " ".join(f"{base[b] / seconds[b]:7.3f}" for b in BATCHES)
-        print(f"{label:<12} {cells}   {sum(base.values()) / sum(seconds.values()):7.3f}")
-    return 0
+    import ray
+    from ray import serve
+
+    try:
+        _deploy(args)
+        reports = ReplicaReports.connect(args.replicas)
+        results = _drive(args, reports)
+        print_report(results)
+        failed = sum(phase.num_failed for phase, _ in results)
+        if not args.exit_after_report:
+            _serve_forever(args)
+        return 1 if failed else 0
+    finally:
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()

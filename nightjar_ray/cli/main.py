@@ -11,9 +11,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from nightjar_ray.cli import bench_policy, demo, policy_regret, profile_switch_cost, simulate
+from nightjar_ray.cli import (
+    bench_policy,
+    demo,
+    policy_regret,
+    policy_table,
+    profile_switch_cost,
+    simulate,
+)
 
-COMMANDS = (demo, bench_policy, policy_regret, simulate, profile_switch_cost)
+COMMANDS = (demo, policy_table, bench_policy, policy_regret, simulate, profile_switch_cost)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,15 +19,9 @@ from typing import Any
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
 
 SCHEDULER_CLS = "nightjar_ray.engine.scheduler.NightjarScheduler"
-CPU_WORKER_CLS = "nightjar_ray.engine.worker.NightjarCPUWorker"
-GPU_WORKER_CLS = "nightjar_ray.engine.worker.NightjarGPUWorker"
+WORKER_CLS = "nightjar_ray.engine.worker.NightjarWorker"
+"""Resolved in each worker process to the CPU or GPU worker (``worker.py``)."""
 SUPPORTED_METHODS = ("draft_model", "ngram")
-
-
-def _worker_cls() -> str:
-    from vllm.platforms import current_platform
-
-    return CPU_WORKER_CLS if current_platform.is_cpu() else GPU_WORKER_CLS
 
 
 def nightjar_engine_args(
@@ -62,7 +56,7 @@ def nightjar_engine_args(
         **engine_kwargs,
         "speculative_config": spec,
         "scheduler_cls": SCHEDULER_CLS,
-        "worker_cls": _worker_cls(),
+        "worker_cls": WORKER_CLS,
         "additional_config": additional,
     }
 

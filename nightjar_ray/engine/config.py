@@ -27,6 +27,32 @@ DraftSyncMode = Literal["catch-up", "stock", "none"]
 BatchSizeRule = Literal["decode", "scheduled"]
 
 
+class PoolingConfig(BaseModel):
+    """Pooling of learned statistics across a Serve deployment's replicas."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=True,
+        description=(
+            "Under Ray Serve, push this replica's observations to the deployment's policy "
+            "actor and load the pooled table back (replicas learn together; a new replica "
+            "starts from the pool). Ignored outside Serve."
+        ),
+    )
+    sync_interval_s: float = Field(
+        default=2.0, gt=0.0, le=300.0, description="Seconds between exchanges with the actor."
+    )
+    snapshot_dir: str = Field(
+        default="/tmp/nightjar-ray/policy-pool",
+        min_length=1,
+        description=(
+            "Directory where the policy actor snapshots the pool after every exchange "
+            "and restores it from when it restarts (mount a volume here on Kubernetes)."
+        ),
+    )
+
+
 class NightjarConfig(BaseModel):
     """Per-engine Nightjar settings (user-facing; unknown fields are errors)."""
 
@@ -87,6 +113,15 @@ class NightjarConfig(BaseModel):
     )
     log_interval_steps: int = Field(
         default=0, ge=0, description="Log a decision summary every N steps at INFO (0 = never)."
+    )
+    pooling: PoolingConfig = Field(
+        default_factory=PoolingConfig, description="Pooling across replicas (Ray Serve)."
+    )
+    metrics_interval_s: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=60.0,
+        description="Under Ray Serve, seconds between updates of the nightjar_* metrics.",
     )
 
     @model_validator(mode="after")

@@ -11,10 +11,18 @@ inside ``_update_after_schedule``.
 With ``async_scheduling`` the class builds :class:`NightjarAsyncScheduler`
 (same logic on top of vLLM's ``AsyncScheduler``), so one ``scheduler_cls``
 serves both modes.
+
+Every step also leaves a :class:`LoadSnapshot` (waiting queue, free blocks) in
+the engine's telemetry: the one object both the metrics and the memory
+triggers read. Under Ray Serve (a replica set ``NIGHTJAR_SERVE_CONTEXT``) the
+scheduler starts the Serve link, a background thread that joins the Ray
+cluster, pools statistics with the policy actor and exports the metrics; the
+step loop never waits on it (docs/serve.md, "The process boundary").
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import IO, Any
 
@@ -24,6 +32,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
+from nightjar_ray.serve.context import SERVE_CONTEXT_ENV
 
 
 def _open_log(path: str | None) -> IO[str] | None:
@@ -43,6 +53,9 @@ class NightjarScheduler(Scheduler):
         super().__init__(vllm_config, *args, **kwargs)
         self.nightjar_config = NightjarConfig.from_additional_config(vllm_config.additional_config)
         cfg = self.nightjar_config
+        self.telemetry = EngineTelemetry(
+            self.num_spec_tokens, draft_resident=self.num_spec_tokens > 0
+        )
         self.nightjar = Stepper(
             cfg.build_policy(),
             gamma_cap=self.num_spec_tokens,
@@ -51,14 +64,37 @@ class NightjarScheduler(Scheduler):
             observe_prefill_steps=cfg.observe_prefill_steps,
             log_file=_open_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
+            telemetry=self.telemetry,
         )
+        self._catch_up_seen = (0.0, 0)
+        self.serve_link = self._start_serve_link()
         self._tracks_lag = cfg.draft_sync != "stock"
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
 
+    def _start_serve_link(self) -> Any:
+        raw = os.environ.get(SERVE_CONTEXT_ENV)
+        if not raw or self.num_spec_tokens == 0:
+            return None
+        from nightjar_ray.serve.link import start_serve_link
+
+        return start_serve_link(raw, self.nightjar_config, self.nightjar)
+
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
-        return super().schedule(*args, **kwargs)
+        out = super().schedule(*args, **kwargs)
+        self.telemetry.set_load(self.load_snapshot())
+        return out
+
+    def load_snapshot(self) -> LoadSnapshot:
+        """Queue depth and KV blocks now (block 0 is vLLM's null block, never handed out)."""
+        pool = self.kv_cache_manager.block_pool
+        return LoadSnapshot(
+            num_waiting_reqs=len(self.waiting),
+            num_running_reqs=len(self.running),
+            num_free_blocks=pool.get_num_free_blocks(),
+            num_total_blocks=pool.num_gpu_blocks - 1,
+        )
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         if self.num_spec_tokens > 0:
@@ -110,6 +146,20 @@ class NightjarScheduler(Scheduler):
             num_draft += len(drafts)
             num_accepted += min(len(sampled[i]) - 1, len(drafts))
         self.nightjar.on_output(num_tokens, num_draft, num_accepted)
+        self._count_catch_up(runner_output)
+
+    def _count_catch_up(self, runner_output: Any) -> None:
+        """Workers stamp their cumulative catch-up work on the output (``worker.py``)."""
+        seconds = getattr(runner_output, "nightjar_catch_up_s", None)
+        if seconds is None:
+            return
+        tokens = getattr(runner_output, "nightjar_catch_up_tokens", 0)
+        seen_s, seen_tokens = self._catch_up_seen
+        if seconds < seen_s or tokens < seen_tokens:  # the worker's stats were reset
+            seen_s, seen_tokens = 0.0, 0
+        if seconds > seen_s or tokens > seen_tokens:
+            self.telemetry.on_catch_up(seconds - seen_s, tokens - seen_tokens)
+            self._catch_up_seen = (seconds, tokens)
 
 
 class NightjarAsyncScheduler(NightjarScheduler, AsyncScheduler):

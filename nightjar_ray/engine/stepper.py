@@ -37,17 +37,24 @@ the CPU case) this is the step's own wall time, scheduling included; with a
 full pipeline it is the interval between consecutive outputs, which is what
 each step adds to the wall clock; after an idle gap it starts at the
 schedule call, so idle time is never charged.
+
+Pooling (Ray Serve). A background thread exchanges the policy's statistics
+with the deployment's policy actor; it holds :attr:`Stepper.policy_lock` only
+while it exports or loads tables in memory (never across the network), and the
+step loop takes the same lock around ``choose`` and ``observe``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
+from nightjar_ray.metrics.telemetry import EngineTelemetry
 from nightjar_ray.policy import Policy, StepResult
 
 logger = logging.getLogger(__name__)
@@ -107,8 +114,11 @@ class Stepper:
         log_file: IO[str] | None = None,
         log_interval_steps: int = 0,
         max_history: int = 4096,
+        telemetry: EngineTelemetry | None = None,
     ) -> None:
         self.policy = policy
+        self.policy_lock = threading.Lock()
+        self.telemetry = telemetry or EngineTelemetry(policy.gamma_max)
         self._cap = min(gamma_cap, policy.gamma_max)
         self._clock = clock
         self._count_scheduled = count_scheduled
@@ -134,8 +144,12 @@ class Stepper:
         num_reqs = self.batch_size(batch)
         consulted = num_reqs > 0
         gamma = self._prev_gamma
+        explored = False
         if consulted:
-            gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
+            with self.policy_lock:
+                gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
+                explored = self.policy.last_explored
+        self.telemetry.on_step(gamma, num_reqs, explored=explored, consulted=consulted)
         decision = StepDecision(
             step=self._step,
             num_reqs=num_reqs,
@@ -179,17 +193,18 @@ class Stepper:
             }
         )
         if observe:
-            self.policy.observe(
-                StepResult(
-                    done.num_reqs,
-                    done.verified_gamma,
-                    num_tokens,
-                    duration,
-                    done.num_draft_tokens,
-                    done.num_accepted_tokens,
-                )
+            result = StepResult(
+                done.num_reqs,
+                done.verified_gamma,
+                num_tokens,
+                duration,
+                done.num_draft_tokens,
+                done.num_accepted_tokens,
             )
+            with self.policy_lock:
+                self.policy.observe(result)
             self.num_observed += 1
+            self.telemetry.on_observed(num_tokens, duration)
         self._record(done)
         return done
 

@@ -1,6 +1,7 @@
 """vLLM worker classes that install :class:`DraftSync` on their model runner.
 
-``nightjar_engine_args`` picks ``NightjarCPUWorker`` or ``NightjarGPUWorker``
+``nightjar_engine_args`` names :data:`NightjarWorker`, which resolves to
+``NightjarCPUWorker`` or ``NightjarGPUWorker`` in the worker's own process
 (vLLM's ``worker_cls`` takes a qualified name). The hook goes in after
 vLLM's warm-up, so warm-up dummy runs are not counted as draft forwards.
 Statistics are read with ``llm.collective_rpc("nightjar_draft_stats")``.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
@@ -30,6 +32,15 @@ class _NightjarWorkerMixin:
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
 
+    def _stamp(self, output: Any) -> Any:
+        """Put this worker's cumulative catch-up work on a step output for the scheduler
+        (its metrics); rank 0's output is the one the scheduler sees."""
+        if self._nightjar_sync is not None and isinstance(output, ModelRunnerOutput):
+            stats = self._nightjar_sync.stats
+            output.nightjar_catch_up_s = stats.catch_up_s
+            output.nightjar_catch_up_tokens = stats.num_catch_up_tokens
+        return output
+
     def nightjar_draft_stats(self) -> dict[str, Any]:
         """Draft forwards, skipped steps and catch-ups of this worker (JSON-able)."""
         if self._nightjar_sync is None:
@@ -49,6 +60,12 @@ class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
         self._install_nightjar()
         return out
 
+    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        return self._stamp(super().execute_model(*args, **kwargs))
+
+    def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        return self._stamp(super().sample_tokens(*args, **kwargs))
+
 
 class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
     """vLLM's GPU worker with the Nightjar draft hook."""
@@ -57,3 +74,20 @@ class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
         out = super().compile_or_warm_up_model()
         self._install_nightjar()
         return out
+
+    def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        return self._stamp(super().execute_model(*args, **kwargs))
+
+    def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        return self._stamp(super().sample_tokens(*args, **kwargs))
+
+
+def _platform_worker() -> type:
+    from vllm.platforms import current_platform
+
+    return NightjarCPUWorker if current_platform.is_cpu() else NightjarGPUWorker
+
+
+NightjarWorker = _platform_worker()
+"""The worker for the platform this process runs on: ``worker_cls`` names this alias,
+so engine arguments built on a CPU-only head node still run GPU workers on GPU nodes."""

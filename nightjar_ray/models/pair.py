@@ -32,6 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 TOKENIZER_CORPUS_MODULES = ("argparse", "json.decoder", "textwrap", "string", "csv")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+"""A plain role-prefixed template, so ``/v1/chat/completions`` works on generated pairs."""
+PAIR_FORMAT = 2
+"""Bumped when generated files change (2: chat template); older caches are rebuilt."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,9 @@ def build_tokenizer(vocab_size: int) -> Any:
         show_progress=False,
     )
     tok.train_from_iterator(_tokenizer_corpus(), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", chat_template=CHAT_TEMPLATE
+    )
 
 
 def _llama_config(spec: PairSpec, num_layers: int, tokenizer: Any) -> Any:
@@ -158,7 +167,7 @@ def generate_pair(out_dir: str | Path, spec: PairSpec = PairSpec()) -> ModelPair
     out = Path(out_dir)
     pair = ModelPair(out / "target", out / "draft", spec)
     marker = out / "pair.json"
-    wanted = json.dumps(spec.__dict__, sort_keys=True)
+    wanted = json.dumps({**spec.__dict__, "format": PAIR_FORMAT}, sort_keys=True)
     if marker.is_file() and marker.read_text() == wanted:
         return pair
     out.mkdir(parents=True, exist_ok=True)

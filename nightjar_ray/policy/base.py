@@ -97,6 +97,10 @@ class Policy(ABC):
     name: ClassVar[str]
     """Registry name of the policy."""
 
+    last_explored: bool = False
+    """Whether the latest ``choose`` was an exploration (policies that explore set it;
+    read by the engine's decision metrics)."""
+
     @property
     @abstractmethod
     def gamma_max(self) -> int:

@@ -133,6 +133,7 @@ class NightjarPolicy(Policy):
         elif sched.exploring and self._probe_done(sched):
             sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
         gamma = sched.arm
+        self.last_explored = sched.exploring
         sched.advance()
         self._prev_gamma = gamma
         return gamma

@@ -1,0 +1,21 @@
+"""``build_app``: the Serve ``import_path`` of a Nightjar deployment.
+
+``serve run deploy/cpu-demo.yaml`` (or ``serve deploy``) calls it with the
+application's ``args``; it validates everything first (``config.py``), then
+builds Ray Serve LLM's OpenAI app around :class:`NightjarLLMServer`. A bad
+config raises before any deployment, replica or actor exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightjar_ray.serve.config import parse_app_config
+
+
+def build_app(args: dict[str, Any]) -> Any:
+    """OpenAI-compatible Serve application for one Nightjar model deployment."""
+    from ray.serve.llm import build_openai_app
+
+    app_config = parse_app_config(args)
+    return build_openai_app({"llm_configs": [app_config.llm_config]})

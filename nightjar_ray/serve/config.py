@@ -1,0 +1,126 @@
+"""The app's one typed config: Ray Serve LLM's ``LLMConfig`` fields plus ``nightjar:``.
+
+::
+
+    args:                                  # a Serve application's `args`
+      model_loading_config: {...}          # LLMConfig fields, as Ray Serve LLM documents
+      engine_kwargs: {speculative_config: {method: draft_model, model: ...}, ...}
+      deployment_config: {autoscaling_config: {...}}
+      nightjar: {policy: nightjar, gamma_max: 4, pooling: {...}}   # NightjarConfig
+
+:func:`parse_app_config` validates all of it before anything starts and raises
+``ValueError`` whose message names every bad field (``nightjar.gamma_max``,
+``engine_kwargs.speculative_config.method``, ``deployment_config``...).
+
+Model sources ``generated:<pair>`` (target) and ``generated:<pair>/draft``
+(draft) name a generated pair (``GENERATED_PAIRS``), built on first use into
+the cache directory; the CPU demo uses them, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightjar_ray.engine.args import nightjar_engine_args
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
+
+GENERATED_PREFIX = "generated:"
+GENERATED_PAIRS: dict[str, PairSpec] = {
+    "default": PairSpec(),
+    "tiny": replace(TINY_SPEC, dtype="float32"),
+}
+"""``default``: the notes' s=0.05 79M-parameter bf16 pair; ``tiny``: the tests' pair."""
+
+CACHE_ENV = "NIGHTJAR_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """Where generated pairs live (``$NIGHTJAR_CACHE_DIR`` or ``~/.cache/nightjar-ray``)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "nightjar-ray")
+
+
+def format_errors(error: ValidationError, prefix: str = "") -> str:
+    """``field.path: message`` per error, each path prefixed with ``prefix``."""
+    lines = []
+    for err in error.errors():
+        path = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        lines.append(f"{path or '<root>'}: {err['msg']}")
+    return "; ".join(lines)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """A validated app config: the Nightjar block and the ``LLMConfig`` to serve."""
+
+    nightjar: NightjarConfig
+    llm_config: Any
+
+
+def parse_nightjar(raw: Any) -> NightjarConfig:
+    """The ``nightjar:`` block; ``ValueError`` names ``nightjar.<field>``."""
+    try:
+        return NightjarConfig.model_validate(raw or {})
+    except ValidationError as e:
+        raise ValueError(f"invalid config: {format_errors(e, 'nightjar')}") from None
+
+
+def resolve_generated(source: str) -> str:
+    """Path of a generated model for ``generated:<pair>[/draft]``; other sources unchanged."""
+    if not source.startswith(GENERATED_PREFIX):
+        return source
+    name, _, part = source[len(GENERATED_PREFIX) :].partition("/")
+    if name not in GENERATED_PAIRS or part not in ("", "draft"):
+        raise ValueError(
+            f"unknown generated model {source!r}: use generated:<pair> or "
+            f"generated:<pair>/draft with pair in {sorted(GENERATED_PAIRS)}"
+        )
+    pair = generate_pair(cache_dir() / "pairs" / name, GENERATED_PAIRS[name])
+    return str(pair.draft_dir if part else pair.target_dir)
+
+
+def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any]:
+    kwargs = dict(raw.get("engine_kwargs") or {})
+    spec = dict(kwargs.get("speculative_config") or {})
+    if isinstance(spec.get("model"), str):
+        spec["model"] = resolve_generated(spec["model"])
+    kwargs["speculative_config"] = spec
+    try:
+        return nightjar_engine_args(config, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"invalid config: engine_kwargs: {e}") from None
+
+
+def _model_loading(raw: dict[str, Any]) -> Any:
+    loading = raw.get("model_loading_config")
+    if isinstance(loading, dict) and isinstance(loading.get("model_source"), str):
+        loading = {**loading, "model_source": resolve_generated(loading["model_source"])}
+    return loading
+
+
+def parse_app_config(args: Any) -> AppConfig:
+    """Validate a Serve app's ``args`` (see module docstring). Starts nothing."""
+    from ray.serve.llm import LLMConfig
+
+    from nightjar_ray.serve.server import NightjarLLMServer
+
+    if not isinstance(args, dict):
+        raise ValueError(f"invalid config: app args must be a mapping, got {type(args).__name__}")
+    raw = dict(args)
+    config = parse_nightjar(raw.pop("nightjar", None))
+    if raw.get("server_cls") is not None:
+        raise ValueError("invalid config: server_cls is set by nightjar_ray.serve; remove it")
+    raw["engine_kwargs"] = _engine_kwargs(raw, config)
+    if "model_loading_config" in raw:
+        raw["model_loading_config"] = _model_loading(raw)
+    raw["server_cls"] = NightjarLLMServer
+    try:
+        llm_config = LLMConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ValueError(f"invalid config: {format_errors(e)}") from None
+    return AppConfig(config, llm_config)

@@ -1,0 +1,56 @@
+"""The central policy actor: one named, detached Ray actor per model deployment.
+
+It wraps :class:`~nightjar_ray.serve.pool.PolicyPool`. Replicas create it on
+start-up if it does not exist yet (``get_if_exists``), so deploying an app never
+leaves an actor behind when the config is invalid. It restarts on failure
+(``max_restarts=-1``) and restores its pool from the snapshot file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from nightjar_ray.serve.pool import PolicyPool
+
+
+class PolicyActor:
+    """Ray actor body (see module docstring); every method is a remote call."""
+
+    def __init__(self, fingerprint: dict[str, Any], snapshot_path: str | None) -> None:
+        self._pool = PolicyPool(fingerprint, snapshot_path, clock=time.time)
+
+    def exchange(
+        self, replica: str, fingerprint: dict[str, Any], delta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge a replica's delta, return the pooled table (``PolicyPool.exchange``)."""
+        return self._pool.exchange(replica, fingerprint, delta)
+
+    def report(self, replica: str, telemetry: dict[str, Any]) -> None:
+        self._pool.report(replica, telemetry)
+
+    def status(self) -> dict[str, Any]:
+        return self._pool.status()
+
+
+def snapshot_path(snapshot_dir: str, actor_name: str) -> str:
+    return str(Path(snapshot_dir) / f"{actor_name}.json")
+
+
+def get_or_create_policy_actor(
+    name: str, namespace: str, fingerprint: dict[str, Any], snapshot_dir: str
+) -> Any:
+    """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent."""
+    import ray
+
+    remote_cls = ray.remote(PolicyActor)
+    return remote_cls.options(
+        name=name,
+        namespace=namespace,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        max_task_retries=0,
+        num_cpus=0,
+    ).remote(fingerprint, snapshot_path(snapshot_dir, name))

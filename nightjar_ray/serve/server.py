@@ -1,0 +1,66 @@
+"""``NightjarLLMServer``: Ray Serve LLM's ``LLMServer`` that hands Nightjar its identity.
+
+Before the parent class starts vLLM, the replica:
+
+1. ensures the deployment's policy actor exists (named, detached, restartable);
+2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
+   name) into ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process
+   inherits; the scheduler there starts the Serve link (``link.py``).
+
+Everything else (OpenAI API, streaming, engine metrics) is Ray Serve LLM's own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ray import serve
+from ray.serve.llm import LLMServer
+
+from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
+from nightjar_ray.policy.pooling import stats_fingerprint
+from nightjar_ray.serve.context import (
+    NAMESPACE,
+    SERVE_CONTEXT_ENV,
+    ServeContext,
+    policy_actor_name,
+)
+from nightjar_ray.serve.policy_actor import get_or_create_policy_actor
+
+
+def nightjar_config_of(llm_config: Any) -> NightjarConfig:
+    """The ``NightjarConfig`` that ``build_app`` put into the engine arguments."""
+    additional = llm_config.engine_kwargs.get("additional_config") or {}
+    if ADDITIONAL_CONFIG_KEY not in additional:
+        raise ValueError("engine_kwargs.additional_config has no nightjar block; use build_app")
+    return NightjarConfig.from_additional_config(additional)
+
+
+def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
+    """This replica's identity, and the policy actor it pools with."""
+    ctx = serve.get_replica_context()
+    fingerprint = stats_fingerprint(config.policy, config.policy_config())
+    return ServeContext(
+        app=ctx.app_name,
+        deployment=ctx.deployment,
+        replica=ctx.replica_id.unique_id,
+        model=llm_config.model_id,
+        actor_name=policy_actor_name(ctx.app_name, ctx.deployment, fingerprint),
+        namespace=NAMESPACE,
+    )
+
+
+class NightjarLLMServer(LLMServer):
+    """``LLMServer`` plus Nightjar's replica set-up (see module docstring)."""
+
+    async def __init__(self, llm_config: Any, **kwargs: Any) -> None:  # type: ignore[misc]
+        config = nightjar_config_of(llm_config)
+        context = replica_context(llm_config, config)
+        if config.pooling.enabled:
+            fingerprint = stats_fingerprint(config.policy, config.policy_config())
+            get_or_create_policy_actor(
+                context.actor_name, context.namespace, fingerprint, config.pooling.snapshot_dir
+            )
+        os.environ[SERVE_CONTEXT_ENV] = context.to_env()
+        await super().__init__(llm_config, **kwargs)
