@@ -20,7 +20,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@
 
 demo: $(VENV)/.installed-dev
-	$(BIN)/nightjar-ray demo
+	$(BIN)/nightjar-ray demo $(ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check nightjar_ray tests loadtest

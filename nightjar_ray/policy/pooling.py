@@ -24,8 +24,11 @@ mean something else and would poison it. Pure Python: no ray, no vllm.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
+from nightjar_ray.policy.base import Policy
 from nightjar_ray.policy.bucketing import bucket_fn
 from nightjar_ray.policy.config import PolicyConfig
 from nightjar_ray.policy.stats import Cell, PolicyStats
@@ -56,6 +59,12 @@ def stats_delta(current: PolicyStats, base: PolicyStats) -> PolicyStats:
     if current.policy != base.policy:
         raise ValueError(f"cannot diff stats of {current.policy!r} and {base.policy!r}")
     tables: dict[str, dict[tuple[int, int], Cell]] = {}
+    for name, old_cells in base.tables.items():
+        gone = [
+            c for c, (n, _) in old_cells.items() if n > 0 and c not in current.tables.get(name, {})
+        ]
+        if gone:
+            raise ValueError(f"stats cells {name}{gone[:3]} shrank to nothing")
     for name, cells in current.tables.items():
         old = base.tables.get(name, {})
         diff: dict[tuple[int, int], Cell] = {}
@@ -100,3 +109,29 @@ def parse_stats(payload: Any, fingerprint: dict[str, Any]) -> PolicyStats:
         raise ValueError(f"malformed stats payload: {e!r}") from e
     check_stats(stats, fingerprint)
     return stats
+
+
+class StatsExchange:
+    """One replica's side of pooling (the algorithm in the module docstring).
+
+    ``lock`` guards the policy against the step loop; it is held only while
+    tables are copied in memory, never during ``push`` (the network call).
+    If ``push`` raises, nothing changes: the next delta still holds everything.
+    """
+
+    def __init__(self, policy: Policy, lock: AbstractContextManager[Any]) -> None:
+        self._policy = policy
+        self._lock = lock
+        self.base = PolicyStats(policy.name)
+        """The pooled table this replica last loaded."""
+
+    def exchange(self, push: Callable[[dict[str, Any]], dict[str, Any]]) -> PolicyStats:
+        """Push the delta since :attr:`base`, load the pooled table; return what was loaded."""
+        with self._lock:
+            current = self._policy.export_stats()
+        pool = PolicyStats.from_json(push(stats_delta(current, self.base).to_json()))
+        with self._lock:
+            merged = pool.merge(stats_delta(self._policy.export_stats(), current))
+            self._policy.load_stats(merged)
+        self.base = pool
+        return merged

@@ -84,11 +84,18 @@ def resolve_generated(source: str) -> str:
     return str(pair.draft_dir if part else pair.target_dir)
 
 
+def _resolve(source: str, field: str) -> str:
+    try:
+        return resolve_generated(source)
+    except ValueError as e:
+        raise ValueError(f"invalid config: {field}: {e}") from None
+
+
 def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any]:
     kwargs = dict(raw.get("engine_kwargs") or {})
     spec = dict(kwargs.get("speculative_config") or {})
     if isinstance(spec.get("model"), str):
-        spec["model"] = resolve_generated(spec["model"])
+        spec["model"] = _resolve(spec["model"], "engine_kwargs.speculative_config.model")
     kwargs["speculative_config"] = spec
     try:
         return nightjar_engine_args(config, **kwargs)
@@ -99,7 +106,8 @@ def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any
 def _model_loading(raw: dict[str, Any]) -> Any:
     loading = raw.get("model_loading_config")
     if isinstance(loading, dict) and isinstance(loading.get("model_source"), str):
-        loading = {**loading, "model_source": resolve_generated(loading["model_source"])}
+        source = _resolve(loading["model_source"], "model_loading_config.model_source")
+        loading = {**loading, "model_source": source}
     return loading
 
 

@@ -30,8 +30,7 @@ from typing import Any
 
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.stepper import Stepper
-from nightjar_ray.policy.pooling import stats_delta, stats_fingerprint
-from nightjar_ray.policy.stats import PolicyStats
+from nightjar_ray.policy.pooling import StatsExchange, stats_fingerprint
 from nightjar_ray.serve.context import ServeContext
 from nightjar_ray.serve.pool import total_count
 
@@ -56,7 +55,7 @@ class ServeLink:
         self._stepper = stepper
         self._clock = clock
         self.fingerprint = stats_fingerprint(config.policy, config.policy_config())
-        self._base = PolicyStats(stepper.policy.name)
+        self._exchange = StatsExchange(stepper.policy, stepper.policy_lock)
         self._actor: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nightjar-serve-link", daemon=True)
@@ -116,24 +115,18 @@ class ServeLink:
         """One exchange with the policy actor; ``False`` (and local decisions) on failure."""
         import ray
 
-        policy, lock = self._stepper.policy, self._stepper.policy_lock
-        try:
+        def push(delta: dict[str, Any]) -> dict[str, Any]:
             if self._actor is None:
                 self._actor = ray.get_actor(self.context.actor_name, self.context.namespace)
-            with lock:
-                current = policy.export_stats()
-            delta = stats_delta(current, self._base)
-            ref = self._actor.exchange.remote(
-                self.context.replica, self.fingerprint, delta.to_json()
-            )
-            pool = PolicyStats.from_json(ray.get(ref, timeout=RPC_TIMEOUT_S))
-            with lock:
-                since = stats_delta(policy.export_stats(), current)
-                policy.load_stats(pool.merge(since))
-            self._base = pool
+            ref = self._actor.exchange.remote(self.context.replica, self.fingerprint, delta)
+            pooled: dict[str, Any] = ray.get(ref, timeout=RPC_TIMEOUT_S)
+            return pooled
+
+        try:
+            loaded = self._exchange.exchange(push)
             self.last_sync_s = self._clock()
             self.num_syncs += 1
-            self._report(total_count(pool.merge(since)))
+            self._report(total_count(loaded))
             return True
         except Exception as e:  # actor down, restarting or rejecting: decide locally
             self._actor = None

@@ -41,8 +41,14 @@ def snapshot_path(snapshot_dir: str, actor_name: str) -> str:
 def get_or_create_policy_actor(
     name: str, namespace: str, fingerprint: dict[str, Any], snapshot_dir: str
 ) -> Any:
-    """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent."""
+    """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent.
+
+    NOTE: created from inside a replica, an actor would land in the replica's placement
+    group and die (and never come back) when that replica is replaced; the explicit
+    ``placement_group=None`` strategy keeps it out of any placement group.
+    """
     import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     remote_cls = ray.remote(PolicyActor)
     return remote_cls.options(
@@ -53,4 +59,5 @@ def get_or_create_policy_actor(
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),  # type: ignore[arg-type]
     ).remote(fingerprint, snapshot_path(snapshot_dir, name))

@@ -34,6 +34,10 @@ class Recorder:
     def gamma_max(self) -> int:
         return self.policy.gamma_max
 
+    @property
+    def last_explored(self) -> bool:
+        return self.policy.last_explored
+
 
 def make(name: str, params: dict[str, object], **kw: object) -> tuple[Stepper, Recorder, FakeClock]:
     rec = Recorder(build_policy(name, params, rng=random.Random(0)))
@@ -136,3 +140,31 @@ def test_steps_carrying_prefill_are_not_observed_unless_asked() -> None:
             [False, True, False] if include else [False, False]
         )
         assert stepper.history[2].carries_prefill
+
+
+def test_telemetry_counts_every_step_by_gamma_switches_and_observed_goodput() -> None:
+    gammas = [0, 0, 2, 2, 0, 3, 3, 3]
+    stepper, _, clock = make("cyclic", {"gammas": gammas, "steps_per_gamma": 1, "gamma_max": 4})
+    for _ in gammas:
+        stepper.on_schedule(decode(3), clock.now)
+        clock.now += 0.01
+        stepper.on_output(5, 0, 0)
+    reading = stepper.telemetry.read()
+    assert reading.steps_by_gamma == (3, 0, 2, 3, 0)
+    assert reading.num_steps == len(gammas)
+    assert reading.num_switches == 2  # 0 -> 2 and 0 -> 3
+    assert reading.num_observed_steps == stepper.num_observed
+    assert reading.observed_tokens == 5 * stepper.num_observed
+    assert sum(reading.decisions_by_mode.values()) == len(gammas)
+    assert reading.last_gamma == 3 and reading.last_num_reqs == 3
+
+
+def test_nightjar_reports_exploration_decisions() -> None:
+    stepper, _, clock = make("nightjar", {"gamma_max": 4})
+    for _ in range(300):
+        stepper.on_schedule(decode(2), clock.now)
+        clock.now += 0.01
+        stepper.on_output(3, 0, 0)
+    modes = stepper.telemetry.read().decisions_by_mode
+    assert modes["explore"] > 0 and modes["exploit"] > 0
+    assert modes["explore"] + modes["exploit"] == 300

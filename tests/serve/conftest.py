@@ -1,0 +1,102 @@
+"""Shared pieces of the Serve tests: the app config on the tiny generated pair, ports,
+and a small HTTP client. Each module that deploys starts (and stops) its own local Ray
+cluster; the pair is generated once per session into a temporary cache directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nightjar_ray.serve.config import CACHE_ENV
+
+MODEL_ID = "tiny"
+
+
+@pytest.fixture(scope="session")
+def nightjar_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``$NIGHTJAR_CACHE_DIR`` for the session (generated pairs land here)."""
+    path = tmp_path_factory.mktemp("nightjar-cache")
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+AUTOSCALING = {
+    "min_replicas": 1,
+    "initial_replicas": 1,
+    "max_replicas": 2,
+    "target_ongoing_requests": 8,
+    "upscale_delay_s": 2.0,
+    "downscale_delay_s": 600.0,
+}
+"""One replica until more than 8 requests are in flight, then two (kept for 10 minutes)."""
+
+
+def app_args(
+    snapshot_dir: Path, deployment: dict[str, Any] | None = None, **nightjar: Any
+) -> dict[str, Any]:
+    """The tiny pair with Nightjar (float32, so greedy outputs are stable)."""
+    return {
+        "model_loading_config": {"model_id": MODEL_ID, "model_source": "generated:tiny"},
+        "engine_kwargs": {
+            "speculative_config": {"method": "draft_model", "model": "generated:tiny/draft"},
+            "max_model_len": 256,
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": 64,
+        },
+        "placement_group_config": {"bundles": [{"CPU": 1}]},
+        "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
+        "deployment_config": deployment or {"num_replicas": 1},
+        "nightjar": {
+            "gamma_max": 3,
+            "pooling": {"sync_interval_s": 0.5, "snapshot_dir": str(snapshot_dir)},
+            "metrics_interval_s": 0.5,
+            **nightjar,
+        },
+    }
+
+
+def post(url: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+    """POST JSON (or ``raw`` bytes); returns (status, parsed JSON or text)."""
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return resp.status, _parse(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, _parse(e.read())
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            return resp.status, _parse(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, _parse(e.read())
+
+
+def _parse(data: bytes) -> Any:
+    text = data.decode(errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text

@@ -1,0 +1,161 @@
+"""The app config: the deploy/ files parse and build engine arguments; bad configs are
+rejected with the field named, before Ray (and so any replica or actor) is touched."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nightjar_ray.cli.demo import demo_app_args
+from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
+from nightjar_ray.serve.config import parse_app_config, resolve_generated
+
+from .conftest import app_args
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def _apps(name: str) -> list[dict[str, Any]]:
+    apps: list[dict[str, Any]] = yaml.safe_load((DEPLOY / name).read_text())["applications"]
+    return apps
+
+
+def test_the_cpu_demo_file_is_what_the_main_job_deploys() -> None:
+    (app,) = _apps("cpu-demo.yaml")
+    assert app["import_path"] == "nightjar_ray.serve:build_app"
+    assert app["args"] == demo_app_args("default", 1)
+
+
+@pytest.mark.parametrize("name", ["gpu-7b.yaml", "gpu-32b-tp2.yaml"])
+def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
+    (app,) = _apps(name)
+    parsed = parse_app_config(app["args"])
+    kwargs = parsed.llm_config.engine_kwargs
+    assert kwargs["scheduler_cls"] == SCHEDULER_CLS and kwargs["worker_cls"] == WORKER_CLS
+    assert kwargs["speculative_config"]["num_speculative_tokens"] == parsed.nightjar.gamma_max
+    assert kwargs["additional_config"]["nightjar"]["policy"] == "nightjar"
+    assert parsed.llm_config.server_cls.__name__ == "NightjarLLMServer"
+    assert parsed.llm_config.deployment_config["autoscaling_config"]["min_replicas"] == 1
+    if name == "gpu-32b-tp2.yaml":
+        assert kwargs["tensor_parallel_size"] == 2
+        assert kwargs["distributed_executor_backend"] == "ray"
+        assert kwargs["speculative_config"]["draft_tensor_parallel_size"] == 2
+
+
+def _set(args: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(args)
+    node = out
+    *parents, leaf = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return out
+
+
+BAD = [
+    ("nightjar.gamma_max", 0, "nightjar.gamma_max"),
+    ("nightjar.polcy", "nightjar", "nightjar.polcy"),
+    ("nightjar.pooling.sync_interval_s", 0, "nightjar.pooling.sync_interval_s"),
+    ("nightjar.metrics_interval_s", -1, "nightjar.metrics_interval_s"),
+    ("nightjar.policy", "nope", "unknown policy"),
+    ("engine_kwargs.speculative_config.method", "eagle3", "speculative_config.method"),
+    ("engine_kwargs.speculative_config.num_speculative_tokens", 7, "num_speculative_tokens"),
+    ("deployment_config", "many", "deployment_config"),
+    ("model_loading_config.model_source", "generated:huge", "generated:huge"),
+    ("server_cls", "my.Server", "server_cls"),
+    ("not_a_field", 1, "not_a_field"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "named"), BAD)
+def test_bad_configs_fail_naming_the_field_before_ray_starts(
+    path: str, value: Any, named: str, tmp_path: Path, nightjar_cache: Path
+) -> None:
+    import ray
+
+    from nightjar_ray.serve import build_app
+
+    with pytest.raises(ValueError, match="invalid config") as info:
+        build_app(_set(app_args(tmp_path), path, value))
+    assert named in str(info.value)
+    assert not ray.is_initialized()
+
+
+def test_args_must_be_a_mapping() -> None:
+    with pytest.raises(ValueError, match="mapping"):
+        parse_app_config(["not", "a", "mapping"])
+
+
+def test_generated_sources_resolve_to_the_cached_pair(nightjar_cache: Path) -> None:
+    target = Path(resolve_generated("generated:tiny"))
+    draft = Path(resolve_generated("generated:tiny/draft"))
+    assert (target / "config.json").is_file() and (draft / "config.json").is_file()
+    assert nightjar_cache in target.parents
+    assert resolve_generated("org/model") == "org/model"
+    templates = [target / "chat_template.jinja", target / "tokenizer_config.json"]
+    assert any(p.is_file() and "add_generation_prompt" in p.read_text() for p in templates)
+
+
+# NOTE: the tests below start a local Ray cluster (building a Serve app needs one); they
+# come after the tests that check nothing started Ray.
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+    from ray import serve
+
+    ray.init(num_cpus=4, include_dashboard=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": 0})
+        yield
+    finally:
+        serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()
+
+
+@pytest.mark.parametrize(("name", "num_gpus"), [("gpu-7b.yaml", 1), ("gpu-32b-tp2.yaml", 2)])
+def test_gpu_configs_build_serve_apps_with_one_gpu_bundle_per_rank(
+    name: str, num_gpus: int, local_ray: None
+) -> None:
+    from nightjar_ray.serve import build_app
+    from nightjar_ray.serve.server import NightjarLLMServer
+
+    (app,) = _apps(name)
+    assert build_app(app["args"]) is not None
+    options = NightjarLLMServer.get_deployment_options(parse_app_config(app["args"]).llm_config)
+    bundles = options["placement_group_bundles"]
+    assert sum(b.get("GPU", 0) for b in bundles) == num_gpus == len(bundles)
+
+
+def test_a_bad_config_file_fails_its_serve_deploy_naming_the_field(
+    tmp_path: Path, nightjar_cache: Path, local_ray: None
+) -> None:
+    """`serve deploy`/`serve run FILE` path: the controller runs the builder in a task;
+    the app goes to DEPLOY_FAILED with our message and no replica is ever created."""
+    import ray
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    (app,) = _apps("cpu-demo.yaml")
+    app["args"] = _set(app_args(tmp_path), "nightjar.pooling.sync_interval_s", -1)
+    client = _get_global_client()
+    assert client is not None
+    client.deploy_apps(ServeDeploySchema.model_validate({"applications": [app]}))
+    deadline = time.monotonic() + 120
+    status = serve.status().applications.get(app["name"])
+    while (status is None or status.status != "DEPLOY_FAILED") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = serve.status().applications.get(app["name"])
+    assert status is not None and status.status == "DEPLOY_FAILED"
+    assert "nightjar.pooling.sync_interval_s" in status.message
+    assert status.deployments == {}
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert not [n for n in names if "nightjar" in n]
