@@ -85,11 +85,14 @@ class ServeLink:
             if pooling.enabled and self._clock() >= next_sync:
                 self.sync_once()
                 next_sync = self._clock() + pooling.sync_interval_s
-            exporter.export(
-                self._stepper.telemetry.read(),
-                self.sync_age_s(),
-                (self.num_syncs, self.num_sync_errors),
-            )
+            try:
+                exporter.export(
+                    self._stepper.telemetry.read(),
+                    self.sync_age_s(),
+                    (self.num_syncs, self.num_sync_errors),
+                )
+            except Exception as e:  # a metrics hiccup must not end pooling
+                logger.warning("nightjar: metrics export failed: %r", e)
             if self._stop.wait(tick):
                 return
 
