@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -22,6 +23,8 @@ from nightjar_ray.cli.demo_report import ReplicaReports, print_report
 from nightjar_ray.cli.load import PhaseResult, RequestRecord, run_phase
 
 APP_NAME = "nightjar"
+METRICS_REPORT_INTERVAL_MS = 2000
+"""Ray exports metrics every 10 s by default; the local demo refreshes its dashboards faster."""
 MODEL_ID = "nightjar-demo"
 
 
@@ -39,6 +42,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--metrics-port", type=int, default=8080)
     parser.add_argument(
         "--exit-after-report", action="store_true", help="Shut down after the report."
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="Show Ray, Serve and vLLM logs on the console."
     )
     parser.set_defaults(func=run)
 
@@ -76,18 +82,41 @@ def _deploy(args: argparse.Namespace) -> None:
     _say("[2/4] Starting a local Ray cluster...")
     # NOTE: logical CPUs above the physical count: the replica's placement group holds
     # 2 CPUs and Serve's proxy, router and the policy actor need room next to it.
-    ray.init(num_cpus=max(8, 4 * (os.cpu_count() or 1)), _metrics_export_port=args.metrics_port)
+    ray.init(
+        num_cpus=max(8, 4 * (os.cpu_count() or 1)),
+        _metrics_export_port=args.metrics_port,
+        _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
+        log_to_driver=args.verbose,
+        logging_level=logging.INFO if args.verbose else logging.WARNING,
+    )
+    if not args.verbose:
+        _say("      (logs: /tmp/ray/session_latest/logs; --verbose shows them here)")
+        for name in ("ray.serve", "httpx"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     app = build_app(app_args)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": args.http_port},
+        logging_config=_serve_logging(args.verbose),
+    )
     _say(f"[3/4] Deploying the Nightjar app ({args.replicas} replica(s); vLLM starts up)...")
     done = threading.Event()
     ticker = threading.Thread(target=_tick, args=(done, "deploying"), daemon=True)
     ticker.start()
     try:
-        serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+        serve.run(
+            app,
+            name=APP_NAME,
+            route_prefix="/",
+            blocking=False,
+            logging_config=_serve_logging(args.verbose),
+        )
     finally:
         done.set()
         ticker.join()
+
+
+def _serve_logging(verbose: bool) -> dict[str, Any]:
+    return {} if verbose else {"log_level": "WARNING", "enable_access_log": False}
 
 
 def _tick(done: threading.Event, what: str) -> None:

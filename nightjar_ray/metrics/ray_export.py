@@ -45,6 +45,8 @@ class RayMetricsExporter:
     def export(self, now: TelemetryReading, sync_age_s: float | None, syncs: SyncCounts) -> None:
         """Publish ``now`` (counters as deltas to the last call)."""
         prev = self._prev
+        if prev is None:
+            self._zero_counters(now)
         self._export_counters(now, prev)
         seconds = now.observed_seconds - (prev.observed_seconds if prev else 0.0)
         tokens = now.observed_tokens - (prev.observed_tokens if prev else 0)
@@ -63,6 +65,24 @@ class RayMetricsExporter:
         self._inc("nightjar_policy_syncs", syncs[0] - self._prev_syncs[0], result="ok")
         self._inc("nightjar_policy_syncs", syncs[1] - self._prev_syncs[1], result="error")
         self._prev, self._prev_syncs = now, syncs
+
+    def _zero_counters(self, now: TelemetryReading) -> None:
+        """Create every counter series at 0, so queries see them before they first move.
+
+        # NOTE: Prometheus practice (initialise labelled counters); ``Counter.inc`` refuses
+        # 0, so this records through the metric's ``_record`` (Ray 2.60 is pinned).
+        """
+        labelled = {
+            "nightjar_steps": [{"gamma": str(g)} for g in range(len(now.steps_by_gamma))],
+            "nightjar_decisions": [{"mode": m} for m in now.decisions_by_mode],
+            "nightjar_memory_events": [{"kind": k} for k in now.memory_events],
+            "nightjar_memory_event_seconds": [{"kind": k} for k in now.memory_events],
+            "nightjar_policy_syncs": [{"result": "ok"}, {"result": "error"}],
+        }
+        for spec in METRICS:
+            if spec.kind == "counter":
+                for labels in labelled.get(spec.name, [{}]):
+                    self._metrics[spec.name]._record(0.0, tags=labels or None)
 
     def _export_counters(self, now: TelemetryReading, prev: TelemetryReading | None) -> None:
         for gamma, count in enumerate(now.steps_by_gamma):
