@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint typecheck unit bench-policy bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
+.PHONY: demo test tools lint typecheck unit bench-policy bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,14 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-unit: $(VENV)/.installed-dev
+# Debian's prometheus package (prometheus + promtool) for the operator tests (tests/ops).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+tools:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install \
+			-y -qq --no-install-recommends prometheus >/dev/null; }
+
+unit: $(VENV)/.installed-dev tools
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

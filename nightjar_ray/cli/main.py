@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from nightjar_ray.cli import (
     bench_policy,
+    dashboards,
     demo,
     policy_regret,
     policy_table,
@@ -20,7 +21,15 @@ from nightjar_ray.cli import (
     simulate,
 )
 
-COMMANDS = (demo, policy_table, bench_policy, policy_regret, simulate, profile_switch_cost)
+COMMANDS = (
+    demo,
+    dashboards,
+    policy_table,
+    bench_policy,
+    policy_regret,
+    simulate,
+    profile_switch_cost,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,72 @@
+"""A real Prometheus server (Debian's package) for the tests: scrape targets, rule files."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .conftest import tool
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def prometheus_server(
+    workdir: Path, targets: list[str], rule_groups: list[dict[str, Any]] | None = None
+) -> Iterator[str]:
+    """Run ``prometheus`` scraping ``targets`` every second; yields its base URL."""
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "ray", "static_configs": [{"targets": targets}]}],
+    }
+    if rule_groups:
+        (workdir / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups}))
+        config["rule_files"] = [str(workdir / "rules.yaml")]
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            tool("prometheus"),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "prometheus exited; see prometheus.log"
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("prometheus did not become ready")

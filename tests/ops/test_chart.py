@@ -1,0 +1,196 @@
+"""The Helm chart, rendered and linted by Helm's Go SDK, checked against KubeRay's CRD
+schema and the app's own config model."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from nightjar_ray.engine.config import PoolingConfig
+from nightjar_ray.serve.config import parse_app_config
+
+from .conftest import CHART, PRESETS, ROOT, preset, render
+from .crd import rayservice_errors
+
+CASES = {"default": None, **{name: name for name in PRESETS}}
+ALERTS = {
+    "NightjarPolicySyncStale",
+    "NightjarPolicySyncFailing",
+    "NightjarDraftThrashing",
+    "NightjarQueueGrowingWhileSpeculating",
+    "NightjarKVFreeBelowTauLow",
+}
+
+
+def _values(case: str | None) -> dict[str, Any] | None:
+    return preset(case) if case else None
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, dict[str, list[Any]]]:
+    return request.param, render(_values(CASES[request.param]))
+
+
+def test_presets_exist() -> None:
+    assert set(PRESETS) == {"gpu-7b", "gpu-32b-tp2"}
+
+
+def test_lint_clean_for_defaults_and_presets() -> None:
+    import helm_python as helm
+
+    for case in CASES.values():
+        result = helm.lint(CHART, _values(case))
+        assert result["errors"] == [], (case, result)
+        bad = [m for m in result["messages"] if m["severity"] > 1]  # 1 = INFO
+        assert bad == [], (case, bad)
+
+
+def test_manifests_are_the_expected_objects(rendered: tuple[str, dict[str, list[Any]]]) -> None:
+    _, docs = rendered
+    assert {k: len(v) for k, v in docs.items()} == {
+        "ConfigMap": 1,
+        "NOTES": 1,
+        "PodMonitor": 2,
+        "PrometheusRule": 1,
+        "RayService": 1,
+    }
+    for kind in ("ConfigMap", "PodMonitor", "PrometheusRule", "RayService"):
+        for doc in docs[kind]:
+            assert doc["metadata"]["labels"]["app.kubernetes.io/instance"] == "nj"
+
+
+def test_rayservice_validates_against_kuberay_crd(
+    rendered: tuple[str, dict[str, list[Any]]],
+) -> None:
+    _, docs = rendered
+    (service,) = docs["RayService"]
+    assert service["apiVersion"] == "ray.io/v1"
+    assert rayservice_errors(service) == []
+
+
+def test_crd_validation_can_fail() -> None:
+    (service,) = render()["RayService"]
+    bad = copy.deepcopy(service)
+    bad["spec"]["rayClusterConfig"]["headGroupSpec"]["rayStartParams"]["num-cpus"] = 0
+    bad["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["replicaz"] = 1
+    errors = rayservice_errors(bad)
+    assert any("num-cpus" in e for e in errors), errors
+    assert any("replicaz" in e for e in errors), errors
+
+
+def test_serve_config_parses_into_the_app_config(
+    rendered: tuple[str, dict[str, list[Any]]],
+) -> None:
+    case, docs = rendered
+    (service,) = docs["RayService"]
+    serve_config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    deploy_file = {"default": "gpu-7b", "gpu-7b": "gpu-7b", "gpu-32b-tp2": "gpu-32b-tp2"}[case]
+    # One schema: the chart's serveConfig is a deploy/ file's content, value for value.
+    assert serve_config == yaml.safe_load((ROOT / "deploy" / f"{deploy_file}.yaml").read_text())
+    for app in serve_config["applications"]:
+        parsed = parse_app_config(app["args"])
+        assert parsed.nightjar.gamma_max == app["args"]["nightjar"]["gamma_max"]
+
+
+def test_worker_groups_request_the_gpus_tensor_parallelism_needs(
+    rendered: tuple[str, dict[str, list[Any]]],
+) -> None:
+    _, docs = rendered
+    (service,) = docs["RayService"]
+    apps = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    tp = apps[0]["args"]["engine_kwargs"].get("tensor_parallel_size", 1)
+    (group,) = service["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    (container,) = group["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == str(tp)
+    assert group["rayStartParams"]["num-gpus"] == str(tp)
+    scaling = apps[0]["args"]["deployment_config"]["autoscaling_config"]
+    assert group["maxReplicas"] == scaling["max_replicas"]
+
+
+def test_policy_pool_volume_is_mounted_where_the_actor_writes() -> None:
+    (service,) = render()["RayService"]
+    cluster = service["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    for pod in pods:
+        (container,) = pod["template"]["spec"]["containers"]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["policy-pool"] == PoolingConfig().snapshot_dir
+
+
+def test_monitoring_objects() -> None:
+    docs = render()
+    monitors = {
+        m["spec"]["selector"]["matchLabels"]["ray.io/node-type"] for m in docs["PodMonitor"]
+    }
+    assert monitors == {"head", "worker"}
+    for m in docs["PodMonitor"]:
+        assert m["metadata"]["labels"]["release"] == "prometheus"
+        assert m["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    (rule,) = docs["PrometheusRule"]
+    assert {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]} == ALERTS
+    (dash,) = docs["ConfigMap"]
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = dash["data"].values()
+    assert json.loads(text) == json.loads((ROOT / "dashboards" / "nightjar-ray.json").read_text())
+    (notes,) = docs["NOTES"]
+    assert "nj-nightjar-ray-serve-svc" in notes and "8080" in notes
+
+
+def test_monitoring_toggles_off() -> None:
+    off = {"enabled": False}
+    docs = render({"monitoring": {"podMonitor": off, "prometheusRule": off, "dashboards": off}})
+    assert set(docs) == {"NOTES", "RayService"}
+
+
+def test_thresholds_reach_the_rules() -> None:
+    docs = render({"monitoring": {"prometheusRule": {"kvFreeLowFraction": 0.25}}})
+    (rule,) = docs["PrometheusRule"]
+    exprs = {r["alert"]: r["expr"] for r in rule["spec"]["groups"][0]["rules"]}
+    assert "< 0.25 * sum" in exprs["NightjarKVFreeBelowTauLow"]
+
+
+BAD_VALUES = [
+    ({"workerGroups": [{"name": "g", "replicas": 1, "minReplicas": 0, "maxReplicas": 1,
+                        "gpusPerPod": 0, "resources": {}}]}, "/workerGroups/0/gpusPerPod"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"monitoring": {"prometheusRule": {"kvFreeLowFraction": 2}}},
+     "/monitoring/prometheusRule/kvFreeLowFraction"),
+    ({"workerGroup": []}, "workerGroup"),
+]  # fmt: skip
+
+
+def _app_with(nightjar: dict[str, Any]) -> dict[str, Any]:
+    values = preset("gpu-7b")
+    values["serveConfig"]["applications"][0]["args"]["nightjar"] = nightjar
+    return values
+
+
+@pytest.mark.parametrize(("values", "field"), BAD_VALUES)
+def test_bad_values_fail_with_the_field_named(values: dict[str, Any], field: str) -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match=field):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    ("nightjar", "field"),
+    [
+        ({"gamma_max": 0}, "nightjar/gamma_max"),
+        ({"pooling": {"sync_interval_s": -1}}, "nightjar/pooling/sync_interval_s"),
+        ({"draft_sync": "sometimes"}, "nightjar/draft_sync"),
+        ({"gama_max": 4}, "gama_max"),
+    ],
+)
+def test_bad_nightjar_block_fails_at_install(nightjar: dict[str, Any], field: str) -> None:
+    """The nightjar block is checked by NightjarConfig's own schema at `helm install`."""
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match=field):
+        render(_app_with(nightjar))
+    with pytest.raises(ValueError, match="invalid config: nightjar"):
+        parse_app_config(_app_with(nightjar)["serveConfig"]["applications"][0]["args"])
