@@ -13,8 +13,11 @@ from collections.abc import Sequence
 
 from nightjar_ray.cli import (
     bench_policy,
+    bench_serve,
+    chaos,
     dashboards,
     demo,
+    loadgen,
     policy_regret,
     policy_table,
     profile_switch_cost,
@@ -23,6 +26,9 @@ from nightjar_ray.cli import (
 
 COMMANDS = (
     demo,
+    loadgen,
+    bench_serve,
+    chaos,
     dashboards,
     policy_table,
     bench_policy,

@@ -1,0 +1,165 @@
+"""The side-by-side benchmark: contenders, scenarios, interleaved paired rounds.
+
+Every contender is its own Serve application (same model pair, a different ``nightjar.policy``)
+under route ``/<name>``; all are deployed at once and only one is under load at a time.
+Each round draws one request list per scenario (seed = round) and runs every contender on
+it, in a shuffled order; the report divides each contender's throughput and mean E2E latency
+by ``off``'s of the same round. ``off-aa`` is a second ``off``: its ratios are the A/A
+control (what the machine's noise alone produces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nightjar_ray.loadgen.arrivals import Step, poisson
+from nightjar_ray.loadgen.client import RunResult, run_open_loop
+from nightjar_ray.loadgen.summary import summarize
+from nightjar_ray.loadgen.trace import TraceScaling, load_trace, scale_segment
+from nightjar_ray.loadgen.workload import (
+    LengthRange,
+    RequestSpec,
+    synthetic_requests,
+    trace_requests,
+)
+
+BASELINE = "off"
+CONTROL = "off-aa"
+CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "nightjar": ("nightjar", {}),
+    "off": ("off", {}),
+    "fixed-1": ("fixed", {"gamma": 1}),
+    "fixed-2": ("fixed", {"gamma": 2}),
+    "fixed-3": ("fixed", {"gamma": 3}),
+    "fixed-4": ("fixed", {"gamma": 4}),
+    "vllm-static": ("vllm-static", {}),
+    "dsd": ("dsd", {}),
+    "ucbspec": ("ucbspec", {}),
+    CONTROL: ("off", {}),
+}
+"""name -> (policy, policy_params) of the ``nightjar:`` block."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named request generator; ``capacity_rps`` scales its rates to the machine."""
+
+    name: str
+    description: str
+    build: Callable[[float, int, float, int], list[RequestSpec]]
+    """(capacity_rps, seed, duration_s, vocab_size) -> requests."""
+
+
+def _poisson(share: float, prompt: LengthRange, output: LengthRange) -> Callable[..., Any]:
+    def build(capacity: float, seed: int, duration: float, vocab: int) -> list[RequestSpec]:
+        rng = random.Random(seed)
+        return synthetic_requests(poisson(share * capacity), duration, prompt, output, vocab, rng)
+
+    return build
+
+
+def _burst(capacity: float, seed: int, duration: float, vocab: int) -> list[RequestSpec]:
+    phase = max(duration / 4, 1.0)
+    arrivals = Step(((phase, 0.3 * capacity), (phase, 1.5 * capacity)))
+    rng = random.Random(seed)
+    return synthetic_requests(arrivals, duration, CHAT_PROMPT, CHAT_OUTPUT, vocab, rng)
+
+
+def _trace(path: Path) -> Callable[..., Any]:
+    trace = load_trace(path)
+    mean_rps = len(trace) / max(trace[-1].arrival_s, 1.0)
+
+    def build(capacity: float, seed: int, duration: float, vocab: int) -> list[RequestSpec]:
+        speedup = 4.0  # 4 trace-minutes per replay minute: the rate's swings show
+        sample = min(1.0, 0.5 * capacity / (mean_rps * speedup))
+        scaling = TraceScaling(600.0, duration, speedup, sample, 8.0, 256, 96)
+        rng = random.Random(seed)
+        return trace_requests(scale_segment(trace, scaling, rng), vocab, rng)
+
+    return build
+
+
+CHAT_PROMPT, CHAT_OUTPUT = LengthRange(32, 128), LengthRange(32, 96)
+
+
+def scenarios(trace_path: Path | None = None) -> dict[str, Scenario]:
+    """Every scenario; ``trace`` only when the trace CSV is given."""
+    out = dict(SCENARIOS)
+    if trace_path is not None:
+        out["trace"] = Scenario(
+            "trace",
+            "conversation trace from 600 s, 4x faster, sampled to 0.5x capacity on average,"
+            " tokens / 8",
+            _trace(trace_path),
+        )
+    return out
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("low", "Poisson at 0.2x capacity", _poisson(0.2, CHAT_PROMPT, CHAT_OUTPUT)),
+        Scenario("medium", "Poisson at 0.5x capacity", _poisson(0.5, CHAT_PROMPT, CHAT_OUTPUT)),
+        Scenario("high", "Poisson at 0.9x capacity", _poisson(0.9, CHAT_PROMPT, CHAT_OUTPUT)),
+        Scenario("burst", "on/off: 0.3x then 1.5x capacity", _burst),
+        Scenario(
+            "prefill-heavy",
+            "Poisson at 0.5x capacity, prompts 512-1024, outputs 8-16",
+            _poisson(0.5, LengthRange(512, 1024), LengthRange(8, 16)),
+        ),
+    )
+}
+
+
+@dataclass
+class BenchResult:
+    """Per scenario, per contender: one summary per round (``vllm bench serve`` names)."""
+
+    summaries: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, scenario: str, contender: str, summary: dict[str, Any]) -> None:
+        self.summaries.setdefault(scenario, {}).setdefault(contender, []).append(summary)
+
+    def metric(self, scenario: str, contender: str, key: str) -> list[float]:
+        return [float(s[key]) for s in self.summaries[scenario][contender]]
+
+
+Runner = Callable[[str, list[RequestSpec]], RunResult]
+"""(contender, requests) -> the run's result."""
+
+
+def endpoint_runner(base_url: str, model: str) -> Runner:
+    """Runs requests against ``{base_url}/{contender}`` (one Serve app per contender)."""
+
+    def run(contender: str, requests: list[RequestSpec]) -> RunResult:
+        return asyncio.run(run_open_loop(f"{base_url}/{contender}", model, requests))
+
+    return run
+
+
+def run_rounds(
+    runner: Runner,
+    contenders: list[str],
+    scenarios: list[Scenario],
+    num_rounds: int,
+    capacity_rps: float,
+    duration_s: float,
+    vocab_size: int,
+    on_run: Callable[[int, str, str, dict[str, Any]], None] = lambda *a: None,
+) -> BenchResult:
+    """Interleaved rounds: every contender runs each round's requests, in a shuffled order."""
+    result = BenchResult()
+    for rnd in range(num_rounds):
+        order = random.Random(1000 + rnd).sample(contenders, len(contenders))
+        for scenario in scenarios:
+            requests = scenario.build(capacity_rps, rnd, duration_s, vocab_size)
+            for contender in order:
+                summary = summarize(runner(contender, requests))
+                result.add(scenario.name, contender, summary)
+                on_run(rnd, scenario.name, contender, summary)
+    return result

@@ -1,0 +1,106 @@
+"""Benchmark orchestration and its statistics, on a fake runner (the seam; the real
+endpoint path is tests/serve/test_bench_serve.py)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from nightjar_ray.loadgen.bench import CONTROL, SCENARIOS, run_rounds, scenarios
+from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
+from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
+from nightjar_ray.loadgen.workload import RequestSpec
+
+TRACE = (
+    Path(__file__).resolve().parents[3]
+    / "shared"
+    / "data"
+    / ("azure_llm_inference_trace_conv_2023.csv")
+)
+SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2}
+
+
+def _fake_runner(calls: list[tuple[str, int]], drift: list[float]):  # type: ignore[no-untyped-def]
+    """Every request takes 1 s x drift / speed; the drift changes between rounds."""
+
+    def run(contender: str, requests: list[RequestSpec]) -> RunResult:
+        calls.append((contender, len(requests)))
+        scale = drift[(len(calls) - 1) // 3 % len(drift)] / SPEED[contender]
+        records = []
+        for spec in requests:
+            r = RequestRecord(
+                spec.index, spec.arrival_s, len(spec.prompt_token_ids), spec.max_tokens
+            )
+            r.status, r.ttft_s, r.e2e_s = "ok", 0.1 * scale, 1.0 * scale
+            r.num_output_tokens = spec.max_tokens
+            records.append(r)
+        return RunResult(records, 0.0, 10.0 * scale)
+
+    return run
+
+
+def test_rounds_interleave_and_ratios_cancel_the_drift() -> None:
+    calls: list[tuple[str, int]] = []
+    # the machine drifts by up to 40% from round to round (three runs a round)
+    drift = [1.0, 1.4, 0.8]
+    runner = _fake_runner(calls, drift)
+    low = SCENARIOS["low"]
+    result = run_rounds(runner, ["off", "fast", CONTROL], [low], 3, 2.0, 30.0, 1000)
+    assert len(calls) == 9
+    # one request list per round, shared by every contender of the round
+    for rnd in range(3):
+        assert len({n for _, n in calls[3 * rnd : 3 * rnd + 3]}) == 1
+    # the order is shuffled between rounds
+    assert len({tuple(c for c, _ in calls[3 * r : 3 * r + 3]) for r in range(3)}) > 1
+    table = ratio_table(result, "output_throughput")["low"]
+    assert table["fast"].median == pytest.approx(1.2, rel=1e-6)
+    assert table[CONTROL].median == pytest.approx(1.0, rel=1e-6)
+
+
+def test_paired_ratios_and_bootstrap() -> None:
+    rng = random.Random(0)
+    s = paired_ratios([1.1, 1.2, 0.9, 1.0], [1.0, 1.0, 1.0, 1.0], rng)
+    assert s.median == pytest.approx(1.05) and (s.low, s.high) == (0.9, 1.2)
+    assert s.ci_low <= 1.05 <= s.ci_high and s.ci_low >= 0.9 and s.ci_high <= 1.2
+    assert resolution(s) == pytest.approx(max(1 - s.ci_low, s.ci_high - 1))
+    lo, hi = bootstrap_ci([2.0] * 5, rng)
+    assert lo == hi == 2.0
+    with pytest.raises(ValueError):
+        paired_ratios([1.0], [1.0, 2.0], rng)
+
+
+def test_report_section_is_regenerated_in_place(tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+    result = run_rounds(
+        _fake_runner(calls, [1.0]),
+        ["off", "fast", CONTROL],
+        [SCENARIOS["high"]],
+        2,
+        2.0,
+        20.0,
+        1000,
+    )
+    section = markdown(result, "Header line.")
+    assert "| fast | 1.200" in section and "A/A resolution" in section
+    assert "Failed requests in the whole run: 0." in section
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\nintro\n")
+    write_section(doc, section)
+    write_section(doc, section.replace("Header line.", "Second run."))
+    text = doc.read_text()
+    assert text.count(START) == 1 and text.count(END) == 1
+    assert "Second run." in text and "Header line." not in text and text.startswith("# Benchmarks")
+
+
+def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
+    table = scenarios(TRACE)
+    assert set(table) == {"low", "medium", "high", "burst", "prefill-heavy", "trace"}
+    counts = {name: len(s.build(1.0, 0, 600.0, 1000)) for name, s in table.items()}
+    assert counts["low"] < counts["medium"] < counts["high"]
+    assert counts["high"] == pytest.approx(540, rel=0.15)
+    assert counts["trace"] == pytest.approx(300, rel=0.3)  # 0.5x capacity on average
+    heavy = table["prefill-heavy"].build(1.0, 0, 60.0, 1000)
+    assert all(512 <= len(r.prompt_token_ids) <= 1024 and r.max_tokens <= 16 for r in heavy)

@@ -1,0 +1,56 @@
+"""The run summary: vllm bench serve's names and definitions, failures counted."""
+
+from __future__ import annotations
+
+import pytest
+
+from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.summary import parse_slos, percentile, summarize
+
+
+def _ok(i: int, ttft: float, e2e: float, out: int, itl: list[float]) -> RequestRecord:
+    r = RequestRecord(i, float(i), num_prompt_tokens=10, max_tokens=out, status="ok")
+    r.ttft_s, r.e2e_s, r.num_output_tokens, r.itl_s = ttft, e2e, out, itl
+    return r
+
+
+def _run() -> RunResult:
+    records = [
+        _ok(0, 0.1, 1.1, 11, [0.1] * 10),
+        _ok(1, 0.3, 2.3, 21, [0.1] * 20),
+        RequestRecord(2, 2.0, 10, 5, status="http_500", error="boom"),
+        RequestRecord(3, 3.0, 10, 5, status="error", error="ReadTimeout"),
+    ]
+    return RunResult(records, 0.0, 4.0)
+
+
+def test_summary_values() -> None:
+    s = summarize(_run(), {"ttft": 200.0})
+    assert s["num_prompts"] == 4 and s["completed"] == 2 and s["failed"] == 2
+    assert s["failures"] == {"http_500": 1, "error": 1}
+    assert s["total_input_tokens"] == 20 and s["total_output_tokens"] == 32
+    assert s["request_throughput"] == pytest.approx(0.5)
+    assert s["output_throughput"] == pytest.approx(8.0)
+    assert s["total_token_throughput"] == pytest.approx(13.0)
+    assert s["mean_ttft_ms"] == pytest.approx(200.0)
+    assert s["median_ttft_ms"] == pytest.approx(200.0)
+    assert s["mean_tpot_ms"] == pytest.approx(100.0)  # (1.1-0.1)/10 and (2.3-0.3)/20
+    assert s["mean_itl_ms"] == pytest.approx(100.0)
+    assert s["mean_e2el_ms"] == pytest.approx(1700.0)
+    assert s["p99_e2el_ms"] == pytest.approx(1100 + 1200 * 0.99)
+    assert s["request_goodput"] == pytest.approx(0.25)  # only the first meets ttft <= 200 ms
+
+
+def test_percentile_matches_numpys_linear_rule() -> None:
+    values = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 90) == pytest.approx(4.6)
+    assert percentile([], 99) == 0.0
+
+
+def test_slo_parsing() -> None:
+    assert parse_slos("ttft:500,tpot:100") == {"ttft": 500.0, "tpot": 100.0}
+    assert parse_slos(None) == {}
+    for bad in ("ttft", "foo:1", "tpot:x", "e2el:-1"):
+        with pytest.raises(ValueError):
+            parse_slos(bad)
