@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -85,6 +86,7 @@ def _calibrate(url: str, duration_s: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
     from nightjar_ray.loadgen.report import markdown, plot_ratios, write_section
 

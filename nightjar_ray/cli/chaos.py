@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
@@ -75,6 +76,7 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.cli.demo import MODEL_ID
     from nightjar_ray.loadgen.chaos import chaos_requests, reference_texts, run_chaos
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import random
 import sys
 import time
@@ -132,6 +133,7 @@ def write_results(run: RunResult, summary: dict[str, Any], out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.loadgen.plots import overlay_series, plot_run
 
     try:
