@@ -21,6 +21,7 @@ from typing import Any
 from nightjar_ray.loadgen.bench import BASELINE, CONTENDERS, scenarios
 
 MODEL_ID = "bench"
+KV_BLOCKS = 128
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +48,9 @@ def contender_args(pair: str, policy: str, params: dict[str, Any]) -> dict[str, 
     args = demo_app_args(pair, 1)
     args["model_loading_config"]["model_id"] = MODEL_ID
     args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    # NOTE: every contender is resident at once; 128 blocks of vLLM's CPU block size
+    # (128 tokens) hold 16k tokens, the scenarios' peak concurrency, and no more.
+    args["engine_kwargs"]["num_gpu_blocks_override"] = KV_BLOCKS
     args["nightjar"] = {**args["nightjar"], "policy": policy, "policy_params": params}
     return args
 

@@ -57,6 +57,7 @@ def demo_app_args(pair: str, replicas: int) -> dict[str, Any]:
             "speculative_config": {"method": "draft_model", "model": f"generated:{pair}/draft"},
             "max_model_len": 1024,
             "max_num_seqs": 32,
+            "dtype": "float32",
         },
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "2"}},

@@ -22,6 +22,7 @@ from nightjar_ray.cli import (
     policy_table,
     profile_switch_cost,
     simulate,
+    soak,
 )
 
 COMMANDS = (
@@ -29,6 +30,7 @@ COMMANDS = (
     loadgen,
     bench_serve,
     chaos,
+    soak,
     dashboards,
     policy_table,
     bench_policy,

@@ -102,5 +102,6 @@ def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     assert counts["low"] < counts["medium"] < counts["high"]
     assert counts["high"] == pytest.approx(540, rel=0.15)
     assert counts["trace"] == pytest.approx(300, rel=0.3)  # 0.5x capacity on average
+    assert counts["prefill-heavy"] == pytest.approx(120, rel=0.2)  # 0.2x: long prompts
     heavy = table["prefill-heavy"].build(1.0, 0, 60.0, 1000)
     assert all(512 <= len(r.prompt_token_ids) <= 1024 and r.max_tokens <= 16 for r in heavy)

@@ -240,6 +240,27 @@ def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> No
     assert any("spec_decode" in s.name for s in vllm)
 
 
+def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> None:
+    """A short `soak` run: RSS of the replica, engine-core and worker processes and the KV
+    gauges come from the real server; no request fails; every KV block comes back."""
+    from nightjar_ray.loadgen.soak import metrics_sampler, run_soak
+    from nightjar_ray.loadgen.workload import RequestSpec
+
+    sampler = metrics_sampler(f"{app.metrics_url}/metrics")
+    reqs = [RequestSpec(i, 0.5 * i, tuple(range(20 + i, 60 + i)), 16) for i in range(16)]
+    samples, before, _, run = run_soak(app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0)
+    assert all(r.ok for r in run.records) and len(run.records) == 16
+    assert len(samples) >= 3
+    assert all(v > 50 * 2**20 for v in samples[-1].rss_bytes.values()), samples[-1].rss_bytes
+    idle_free = before.gauges["ray_nightjar_kv_free_blocks"]
+    assert 0 < idle_free <= before.gauges["ray_nightjar_kv_blocks"]
+    _wait(
+        lambda: sampler()[1].get("ray_nightjar_kv_free_blocks") == idle_free or None,
+        60,
+        "the free KV blocks to return to their idle count",
+    )
+
+
 def _count_key(fingerprint: dict[str, Any]) -> str:
     token_weighted = fingerprint.get("latency_estimator") == "token-weighted"
     return "observed_tokens" if token_weighted else "num_observed_steps"
