@@ -85,7 +85,12 @@ def _print_sample(sample: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from nightjar_ray.cli.demo import MODEL_ID
-    from nightjar_ray.loadgen.soak import metrics_sampler, run_soak, summarize_soak
+    from nightjar_ray.loadgen.soak import (
+        metrics_sampler,
+        run_soak,
+        summarize_soak,
+        wait_for_gauges,
+    )
     from nightjar_ray.serve.config import GENERATED_PAIRS
 
     if not args.trace.exists():
@@ -95,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     url = _deploy(args)
     print(f"{len(requests)} requests over {args.minutes:.0f} min", file=sys.stderr, flush=True)
     sampler = metrics_sampler(f"http://127.0.0.1:{args.metrics_port}/metrics")
+    if not wait_for_gauges(sampler):
+        print("soak: no KV gauges on the metrics port yet; reading anyway", file=sys.stderr)
     samples, before, after, result = run_soak(
         url, MODEL_ID, requests, sampler, args.sample_s, on_sample=_print_sample
     )

@@ -102,7 +102,9 @@ async def _stream(
             if chunk.get("usage"):
                 record.num_output_tokens = int(chunk["usage"]["completion_tokens"])
         record.e2e_s = time.perf_counter() - t0 - record.start_s
-        _finish(record, last is not None, finished, error)
+        # NOTE: tokens that decode to no text yet (a partial UTF-8 sequence held back by
+        # the detokenizer) stream as empty chunks; usage still counts them.
+        _finish(record, last is not None or record.num_output_tokens > 0, finished, error)
 
 
 def _finish(record: RequestRecord, streamed: bool, finished: bool, error: str) -> None:

@@ -98,6 +98,17 @@ def metrics_sampler(metrics_url: str) -> Sampler:
     return sample
 
 
+def wait_for_gauges(sampler: Sampler, timeout_s: float = 120.0, poll_s: float = 2.0) -> bool:
+    """Wait until the KV gauges are exported (a new replica reports after a few seconds),
+    so the idle reading before the load has them. False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "ray_nightjar_kv_free_blocks" in sampler()[1]:
+            return True
+        time.sleep(poll_s)
+    return False
+
+
 def slope_per_hour(ts: list[float], ys: list[float]) -> float:
     """Least-squares slope of ``ys`` over ``ts`` (seconds), per hour; 0 for < 2 points."""
     if len(ts) < 2:

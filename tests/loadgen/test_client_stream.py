@@ -26,6 +26,7 @@ STREAMS: dict[str, list[Any]] = {
     "cut": [_chunk("a"), _chunk("b")],
     "error": [_chunk("a"), {"error": {"message": "replica died", "code": 500}}, "[DONE]"],
     "empty": ["[DONE]"],
+    "no-text": [_chunk(""), _chunk("", "length"), USAGE, "[DONE]"],
 }  # fmt: skip
 
 
@@ -58,10 +59,12 @@ def stub() -> Iterator[str]:
 
 
 def test_only_clean_streams_are_ok(stub: str) -> None:
-    _Stub.mode = ["clean", "cut", "error", "empty", "http"]
-    specs = [RequestSpec(i, 0.0, (11, 12), i) for i in range(5)]
+    _Stub.mode = ["clean", "cut", "error", "empty", "http", "no-text"]
+    specs = [RequestSpec(i, 0.0, (11, 12), i) for i in range(6)]
     records = asyncio.run(run_open_loop(stub, "m", specs)).records
-    clean, cut, error, empty, http = records
+    clean, cut, error, empty, http, no_text = records
+    # Tokens whose text the detokenizer has not released yet still finish cleanly (soak).
+    assert no_text.ok and no_text.text == "" and no_text.num_output_tokens == 2
     assert clean.ok and clean.text == "ab" and clean.num_output_tokens == 2
     assert clean.ttft_s is not None and len(clean.itl_s) == 1
     assert (cut.status, cut.error) == ("error", "stream cut short")

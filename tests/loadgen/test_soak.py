@@ -110,3 +110,11 @@ def test_run_soak_samples_during_and_around_the_load(stub: str) -> None:  # noqa
     assert before.t_s < samples[0].t_s and samples[-1].t_s <= after.t_s
     assert len(samples) >= 4 and before.rss_bytes == {"worker": 10}
     assert after.num_done == 6
+
+
+def test_wait_for_gauges_polls_until_the_kv_gauge_is_exported() -> None:
+    from nightjar_ray.loadgen.soak import wait_for_gauges
+
+    readings = iter([{}, {}, {"ray_nightjar_kv_free_blocks": 3.0}])
+    assert wait_for_gauges(lambda: ({}, next(readings)), 5.0, 0.0)
+    assert not wait_for_gauges(lambda: ({}, {}), 0.05, 0.01)
