@@ -56,11 +56,7 @@ E2E_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
         {"num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 4, 2]]},
     ),
     ("vllm-static crossover", "vllm-static", {}),
-    (
-        "nightjar",
-        "nightjar",
-        {"latency_estimator": "token-weighted", "bucketing": "pow2", "exploration": "local"},
-    ),
+    ("nightjar", "nightjar", {}),
 )
 
 
@@ -70,6 +66,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pair-dir", default=str(Path.home() / ".cache/nightjar-ray/pairs/bench-s0.05"))
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=32)
+    p.add_argument(
+        "--prompt-tokens-max",
+        type=int,
+        default=None,
+        help="Prompt lengths uniform in [--prompt-tokens, this] (a prefill-heavy mix).",
+    )
+    p.add_argument(
+        "--max-tokens-min",
+        type=int,
+        default=None,
+        help="Output lengths uniform in [this, --max-tokens] (default: all --max-tokens).",
+    )
     p.add_argument("--rounds", type=int, default=4, help="Measured rounds (median).")
     p.add_argument(
         "--min-requests",
@@ -78,6 +86,11 @@ def parse_args() -> argparse.Namespace:
         help="e2e: each measured run covers at least this many prompts (consecutive batches).",
     )
     p.add_argument("--settle-s", type=float, default=2.0, help="Pause before each run.")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="e2e: engine dtype (e.g. float32: bf16 matmuls take a slow fallback on AVX2 CPUs).",
+    )
     p.add_argument("--warmup-rounds", type=int, default=30, help="Nightjar warm-up passes.")
     p.add_argument(
         "--warmup-settle-s",
@@ -88,7 +101,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--batches",
         default=",".join(map(str, BATCHES)),
-        help="e2e: batch sizes of the measured rounds (the warm-up always runs all of them).",
+        help="e2e: batch sizes of the measured rounds (the warm-up runs them and 1, 4).",
     )
     p.add_argument(
         "--aa-control",
@@ -118,12 +131,25 @@ def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests:
     # gamma 2/3/4 flips), so e2e's measured runs pass ``--min-requests``.
     """
     num_batches = -(-min_requests // batch)
-    prompts = random_prompts(batch * num_batches, args.prompt_tokens, 2048, seed)
+    prompts, outputs = request_mix(batch * num_batches, args, seed)
     runs = [
-        run_batch(llm, prompts[i * batch : (i + 1) * batch], args.max_tokens)
+        run_batch(llm, prompts[i * batch : (i + 1) * batch], outputs[i * batch : (i + 1) * batch])
         for i in range(num_batches)
     ]
     return sum(r.num_tokens for r in runs) / sum(r.duration_s for r in runs)
+
+
+def request_mix(n: int, args: argparse.Namespace, seed: int) -> tuple[list[list[int]], list[int]]:
+    """``n`` distinct prompts and output lengths (fixed, or uniform in the given ranges)."""
+    import random
+
+    rng = random.Random(seed)
+    lo, hi = args.prompt_tokens, args.prompt_tokens_max or args.prompt_tokens
+    prompts = [
+        random_prompts(1, rng.randint(lo, hi), 2048, seed * 100_003 + i)[0] for i in range(n)
+    ]
+    out_lo = args.max_tokens_min or args.max_tokens
+    return prompts, [rng.randint(out_lo, args.max_tokens) for _ in range(n)]
 
 
 def interleaved(
@@ -188,12 +214,12 @@ def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfi
     )
 
 
-def warm_up(llm: Any, args: argparse.Namespace) -> dict[int, float]:
+def warm_up(llm: Any, args: argparse.Namespace, batches: tuple[int, ...]) -> dict[int, float]:
     """Nightjar alone learns over ``--warmup-rounds`` passes of the mixed sequence
     (prompts the measured rounds do not use); mean tok/s per batch size."""
-    warmup: dict[int, list[float]] = {b: [] for b in BATCHES}
+    warmup: dict[int, list[float]] = {b: [] for b in batches}
     for r in range(args.warmup_rounds):
-        for b in BATCHES:
+        for b in batches:
             time.sleep(args.warmup_settle_s)
             warmup[b].append(tps(llm, b, args, seed=1000 + r))
         print(f"warm-up round {r} done", flush=True)
@@ -220,7 +246,12 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     all engines run the measured rounds interleaved (same prompts per round)."""
     from contextlib import ExitStack
 
-    kw = {"max_num_seqs": 64, "kv_cache_memory_bytes": 256 << 20}
+    longest = (args.prompt_tokens_max or args.prompt_tokens) + args.max_tokens + 8
+    kw = {
+        "max_num_seqs": 64,
+        "kv_cache_memory_bytes": 256 << 20,
+        "max_model_len": max(1024, longest),
+    }
     lineup = list(json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES)
     if args.aa_control:
         lineup.append((AA_CONTROL, "off", {}))
@@ -234,7 +265,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         }
         for llm in llms.values():
             tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
-        warmup = warm_up(llms["nightjar"], args)
+        warmup = warm_up(llms["nightjar"], args, tuple(sorted({*measured, *BATCHES[:2]})))
         samples = measured_rounds(llms, measured, args)
     res: dict[str, Any] = {
         label: {

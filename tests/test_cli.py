@@ -27,7 +27,8 @@ def test_bench_policy_reports_median_and_p99(capsys: pytest.CaptureFixture[str])
 
 def test_policy_regret_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policy-regret", "--horizons", "200", "--seeds", "1"]) == 0
-    assert "nightjar pow2" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "nightjar-paper" in out and "nightjar share" in out
 
 
 def test_console_script_help() -> None:

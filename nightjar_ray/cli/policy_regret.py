@@ -18,10 +18,11 @@ from nightjar_ray.sim.envs import StationaryEnv, measured_cpu_env
 from nightjar_ray.sim.loop import PolicyLoop
 
 VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("nightjar", "nightjar", {}),
+    ("nightjar share", "nightjar", {"share_across_keys": True}),
     ("nightjar exact", "nightjar", {"bucketing": "exact"}),
-    ("nightjar pow2", "nightjar", {"bucketing": "pow2"}),
-    ("nightjar tw", "nightjar", {"latency_estimator": "token-weighted"}),
-    ("nightjar tw pow2", "nightjar", {"latency_estimator": "token-weighted", "bucketing": "pow2"}),
+    ("nightjar-paper", "nightjar-paper", {}),
+    ("paper pow2", "nightjar-paper", {"bucketing": "pow2"}),
     ("ucbspec", "ucbspec", {}),
     ("exp3spec", "exp3spec", {}),
     ("dsd", "dsd", {}),

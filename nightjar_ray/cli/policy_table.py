@@ -27,7 +27,7 @@ DEMO_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("ucbspec", "ucbspec", {}),
     ("exp3spec", "exp3spec", {}),
     ("nightjar", "nightjar", {}),
-    ("nightjar-tw", "nightjar", {"latency_estimator": "token-weighted"}),
+    ("nightjar-paper", "nightjar-paper", {}),
 )
 BATCHES = (1, 4, 16, 48)
 

@@ -5,6 +5,7 @@ Sub-commands::
     simulate run        one policy on one workload (or --scenario FILE.json)
     simulate compare    Table 4 line-up + oracle on a Poisson sweep and/or the trace
     simulate calibrate  cost model vs the paper (Table 1, Table 3, per-batch SD speedup)
+    simulate suite      the workload suite over settings and seeds (``sim/suite.py``)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
+from nightjar_ray.cli.simulate_suite import add_suite_parser
 from nightjar_ray.sim.calibration import (
     PAPER_TABLE1_MIB,
     PAPER_TABLE3_MS,
@@ -24,6 +26,7 @@ from nightjar_ray.sim.calibration import (
 )
 from nightjar_ray.sim.experiments import (
     CEILING,
+    PAPER_PRESET,
     Contender,
     LoadRow,
     RunKnobs,
@@ -42,6 +45,7 @@ from nightjar_ray.sim.report import (
     summary_lines,
 )
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
+from nightjar_ray.sim.suite import SUITE, suite_workload
 from nightjar_ray.sim.tuning import tune_row, variants
 from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
 
@@ -88,7 +92,16 @@ def register(subparsers: Any) -> None:
         help="Comma-separated seeds (replaces --seed): one table per seed, then nightjar "
         "against the oracle over the seeds.",
     )
+    cmp_p.add_argument(
+        "--workloads",
+        default=None,
+        help=f"Comma-separated suite workloads {list(SUITE)} (replace the sweep and trace).",
+    )
+    cmp_p.add_argument(
+        "--with-paper-preset", action="store_true", help="Add nightjar-paper (Algorithm 1)."
+    )
     cmp_p.set_defaults(func=compare)
+    add_suite_parser(sub)
     tune_p = sub.add_parser("tune", help="One-knob sweeps of the Nightjar defaults.")
     _common(tune_p)
     tune_p.add_argument("--qps", default=None, help="Comma-separated loads (default: 3 of preset).")
@@ -123,9 +136,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--observed-time",
-        choices=["step", "decode", "pure"],
+        choices=["prefill-corrected", "pure", "step", "decode"],
         default=RunKnobs().observed_time,
-        help="Step time policies observe (docs/simulator.md).",
+        help="What policies observe: the engine's observation rule, or 'decode' "
+        "(simulator-only diagnostic; docs/simulator.md).",
     )
     p.add_argument(
         "--offload-trigger",
@@ -227,6 +241,8 @@ def _contenders(args: argparse.Namespace, setting: Setting) -> list[Contender]:
     )
     if args.with_ceiling:
         contenders.append(CEILING)
+    if args.with_paper_preset:
+        contenders.append(PAPER_PRESET)
     if args.with_batch_oracle:
         contenders.append(batch_oracle(setting, args.dataset, args.gamma_max))
     if args.contenders:
@@ -271,7 +287,7 @@ def compare(args: argparse.Namespace) -> int:
     if len(seeds) > 1 and "nightjar" in labels:
         print(f"setting {setting.name}, dataset {args.dataset}, seeds {args.seeds}")
         print("\n".join(seed_summary_table(rows_by_seed)))
-    if not args.no_trace:
+    if not args.no_trace and (args.workloads is None or "trace" in args.workloads):
         print(f"\nTrace: {TRACE_ATTRIBUTION}")
     return 0
 
@@ -296,6 +312,8 @@ def _compare_workloads(
 ) -> list[tuple[str, tuple[RequestSpec, ...]]]:
     """(load label, workload) of each Poisson load (unless --trace-only) and of the trace."""
     out: list[tuple[str, tuple[RequestSpec, ...]]] = []
+    if args.workloads:
+        return [(w, suite_workload(w, setting, seed)) for w in args.workloads.split(",")]
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nightjar_ray.policy import Policy, PolicyConfig, build_policy, policy_config
+from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.policy.registry import load_switch_cost
 
 ADDITIONAL_CONFIG_KEY = "nightjar"
@@ -93,11 +94,13 @@ class NightjarConfig(BaseModel):
             "(vLLM's dynamic-SD rule)."
         ),
     )
-    observe_prefill_steps: bool = Field(
-        default=False,
+    observation_rule: ObservationRuleName = Field(
+        default=DEFAULT_OBSERVATION_RULE,
         description=(
-            "Also feed the policy steps that carry prefill chunks (their wall time and "
-            "tokens are mostly the prefill's). Default: learn from pure decode steps only."
+            "Which steps the policy learns from (the simulator uses the same rule): "
+            "'prefill-corrected' (default): steps with prefill chunks count, less the "
+            "target's prefill cost learned at gamma=0, so the draft's prefill stays "
+            "charged to speculation; 'pure': only steps without prefill; 'step': wall time."
         ),
     )
     policy_snapshot: str | None = Field(
@@ -154,7 +157,7 @@ class NightjarConfig(BaseModel):
             raise ValueError(
                 f"policy_params.gamma_max={given} differs from gamma_max={self.gamma_max}"
             )
-        if self.switch_cost_profile is not None and self.policy == "nightjar":
+        if self.switch_cost_profile is not None and self.policy in ("nightjar", "nightjar-paper"):
             params.setdefault("switch_cost_profile", self.switch_cost_profile)
         return policy_config(self.policy, params)
 

@@ -90,11 +90,14 @@ class BatchRun:
         return self.num_tokens / self.duration_s
 
 
-def run_batch(llm: Any, prompts: Sequence[list[int]], max_tokens: int) -> BatchRun:
-    """Greedy generation of ``max_tokens`` per prompt (token-id prompts)."""
+def run_batch(llm: Any, prompts: Sequence[list[int]], max_tokens: int | Sequence[int]) -> BatchRun:
+    """Greedy generation of ``max_tokens`` per prompt (one value, or one per prompt)."""
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    lengths = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
+    if len(lengths) != len(prompts):
+        raise ValueError(f"{len(lengths)} max_tokens for {len(prompts)} prompts")
+    params: Any = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
     inputs: Any = [{"prompt_token_ids": list(p)} for p in prompts]
     t0 = time.perf_counter()
     outs = llm.generate(inputs, params, use_tqdm=False)

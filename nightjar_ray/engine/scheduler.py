@@ -61,7 +61,7 @@ class NightjarScheduler(Scheduler):
             gamma_cap=self.num_spec_tokens,
             clock=time.perf_counter,
             count_scheduled=cfg.batch_size_rule == "scheduled",
-            observe_prefill_steps=cfg.observe_prefill_steps,
+            observation_rule=cfg.observation_rule,
             log_file=_open_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
             telemetry=self.telemetry,
@@ -114,19 +114,23 @@ class NightjarScheduler(Scheduler):
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
-        num_decode = num_sampling = 0
+        num_decode = num_sampling = num_prefill_tokens = 0
         spec = out.scheduled_spec_decode_tokens
         for req_id, num_new in out.num_scheduled_tokens.items():
             request = self.requests[req_id]
             end = starts[req_id] + num_new
+            decodes = False
             if end >= request.num_tokens + request.num_output_placeholders:
                 num_sampling += 1
-                num_decode += num_new == 1 + len(spec.get(req_id, ()))
+                decodes = num_new == 1 + len(spec.get(req_id, ()))
+            num_decode += decodes
+            num_prefill_tokens += 0 if decodes else num_new
         return StepBatch(
             num_decode_reqs=num_decode,
             num_sampling_reqs=num_sampling,
             num_scheduled_reqs=len(out.num_scheduled_tokens),
             max_skip_tokens=self.draft_lag.max_lag_tokens(starts),
+            num_prefill_tokens=num_prefill_tokens,
         )
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:

@@ -14,16 +14,15 @@ gamma_t drafts::
     step t:   verify(g_{t-1}) + propose(g_t)      <- observed as gamma = g_{t-1}
                                                      only if g_t == g_{t-1}
 
-A step is observed (``policy.observe``) only when g_t == g_{t-1}: then it is
-exactly one speculative iteration with that gamma. A transition step mixes
-two gammas and carries the catch-up; Eq. (4) charges switches through the
-C_switch table instead, so transition steps are logged, not learned from.
-Steps without a decoding request (pure prefill) are not observed either, and
-by default (``observe_prefill_steps=False``) neither are steps that also carry
-prefill chunks: their time is mostly prefill and their tokens include first
-tokens of prompts, so one such step at B=1 next to 47 finishing prompts weighs
-as much as dozens of decode steps and says nothing about gamma (measured on
-the CPU pair: 40 of 2,400 steps held 40% of the time charged to gamma=3).
+Which steps the policy learns from, and with what time, is the shared
+:class:`~nightjar_ray.policy.observation.ObservationRule` (the simulator runs the
+same object): a step is a sample only when g_t == g_{t-1} (exactly one speculative
+iteration with that gamma; a transition step mixes two gammas and carries the
+catch-up, which Eq. (4) charges through C_switch). By default
+(``prefill-corrected``) a step that also carries prefill chunks is a sample with
+the target's learned prefill cost taken out, so the draft's prefill of new prompts
+stays charged to speculation; ``pure`` drops such steps, ``step`` keeps their wall
+time. Tokens are the decoding requests' (a prompt's first token is not a decode).
 
 Timing with async scheduling. vLLM's async scheduler schedules step t+1
 before step t's output is processed, so "end minus start" of one step would
@@ -55,7 +54,8 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any
 
 from nightjar_ray.metrics.telemetry import EngineTelemetry
-from nightjar_ray.policy import Policy, StepResult
+from nightjar_ray.policy import Policy
+from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class StepBatch:
     """Every scheduled request, partial prefills included (vLLM's count)."""
     max_skip_tokens: int
     """L_max: largest draft lag among the step's requests."""
+    num_prefill_tokens: int = 0
+    """Prompt tokens scheduled for requests that do not decode (prefill chunks)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class StepDecision:
     num_reqs: int
     """B handed to the policy (0 when it was not consulted)."""
     num_decode_reqs: int
+    num_sampling_reqs: int
     num_scheduled_reqs: int
+    num_prefill_tokens: int
     max_skip_tokens: int
     gamma: int
     verified_gamma: int
@@ -110,7 +114,7 @@ class Stepper:
         gamma_cap: int,
         clock: Callable[[], float],
         count_scheduled: bool = False,
-        observe_prefill_steps: bool = False,
+        observation_rule: str = DEFAULT_OBSERVATION_RULE,
         log_file: IO[str] | None = None,
         log_interval_steps: int = 0,
         max_history: int = 4096,
@@ -122,7 +126,7 @@ class Stepper:
         self._cap = min(gamma_cap, policy.gamma_max)
         self._clock = clock
         self._count_scheduled = count_scheduled
-        self._observe_prefill_steps = observe_prefill_steps
+        self.observation = ObservationRule(observation_rule)
         self._log_file = log_file
         self._log_every = log_interval_steps
         self._pending: deque[StepDecision] = deque()
@@ -154,7 +158,9 @@ class Stepper:
             step=self._step,
             num_reqs=num_reqs,
             num_decode_reqs=batch.num_decode_reqs,
+            num_sampling_reqs=batch.num_sampling_reqs,
             num_scheduled_reqs=batch.num_scheduled_reqs,
+            num_prefill_tokens=batch.num_prefill_tokens,
             max_skip_tokens=batch.max_skip_tokens,
             gamma=gamma,
             verified_gamma=self._prev_gamma,
@@ -170,41 +176,39 @@ class Stepper:
     def on_output(
         self, num_tokens: int, num_draft_tokens: int, num_accepted_tokens: int
     ) -> StepDecision:
-        """Close the oldest pending step; observe it if it is a clean sample."""
+        """Close the oldest pending step; observe it if the observation rule takes it."""
         end_s = self._clock()
         decision = self._pending.popleft()
         duration = end_s - max(self._last_end_s, decision.start_s)
         self._last_end_s = end_s
-        observe = (
-            decision.num_decode_reqs > 0
-            and decision.gamma == decision.verified_gamma
-            and (self._observe_prefill_steps or not decision.carries_prefill)
-            and num_tokens > 0
-            and duration > 0.0
+        num_accepted = min(num_accepted_tokens, num_draft_tokens)
+        result = self.observation.observe(
+            StepSample(
+                decision.num_reqs if decision.num_decode_reqs > 0 else 0,
+                decision.verified_gamma,
+                decision.gamma,
+                num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs),
+                duration,
+                decision.num_prefill_tokens,
+                num_draft_tokens,
+                num_accepted,
+            )
         )
         done = StepDecision(
             **{
                 **asdict(decision),
                 "num_tokens": num_tokens,
                 "num_draft_tokens": num_draft_tokens,
-                "num_accepted_tokens": min(num_accepted_tokens, num_draft_tokens),
+                "num_accepted_tokens": num_accepted,
                 "duration_s": duration,
-                "observed": observe,
+                "observed": result is not None,
             }
         )
-        if observe:
-            result = StepResult(
-                done.num_reqs,
-                done.verified_gamma,
-                num_tokens,
-                duration,
-                done.num_draft_tokens,
-                done.num_accepted_tokens,
-            )
+        if result is not None:
             with self.policy_lock:
                 self.policy.observe(result)
             self.num_observed += 1
-            self.telemetry.on_observed(num_tokens, duration)
+            self.telemetry.on_observed(result.num_tokens, result.duration_s)
         self._record(done)
         return done
 

@@ -32,6 +32,7 @@ BASELINE = "off"
 CONTROL = "off-aa"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "nightjar": ("nightjar", {}),
+    "nightjar-paper": ("nightjar-paper", {}),
     "off": ("off", {}),
     "fixed-1": ("fixed", {"gamma": 1}),
     "fixed-2": ("fixed", {"gamma": 2}),

@@ -32,11 +32,20 @@ not a bin: under a load surge the batch grows past the sizes a key learned at an
 probe of a neighbour gamma there is what pushed the 4090 simulation over its memory edge
 (docs/simulator.md).
 
-Arms never observed (exploitation's open question): an exploitation bin plays
-the smallest gamma that has no observation yet under this key before trusting
-any estimate (optimistic initialization, as UCB plays every arm once). Every
-arm thus has an estimate before Eq. (4) compares estimates, and a batch size
-never seen before costs at most Gamma_max + 1 such bins.
+Arms never observed (exploitation's open question): in the paper preset an
+exploitation bin plays the smallest gamma that has no observation yet under this
+key before trusting any estimate (optimistic initialization, as UCB plays every
+arm once), so a batch size never seen before costs at most Gamma_max + 1 such bins.
+``share_across_keys`` (beyond the paper, the default) ranks a key's untried arms
+from the nearest key that has tried every arm instead: its estimates, rescaled by
+the mean ratio of this key's tried arms to the neighbour's, fill the gaps, and
+Eq. (4) runs over the filled row; only an untried arm that then ranks best is
+played. Step time is smooth in B, so the neighbour's ranking is a sound prior;
+this key's own samples replace it arm by arm (docs/policies.md)::
+
+    key 8:   [ m0   m1   .    .    .  ]   tried: 0, 1
+    key 16:  [ n0   n1   n2   n3   n4 ]   nearest complete key
+    ranked:  [ m0   m1   r*n2 r*n3 r*n4]  r = mean(m0/n0, m1/n1)
 
 NOTE: the schedule counters advance in ``choose`` (when the arm is played),
 the estimates in ``observe``. In a sequential loop this is Algorithm 1
@@ -108,6 +117,8 @@ class NightjarPolicy(Policy):
         self._token_weighted = config.latency_estimator == "token-weighted"
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
+        self._share = config.share_across_keys
+        self._complete_keys: set[int] = set()
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
         self._prev_gamma = 0
@@ -168,17 +179,16 @@ class NightjarPolicy(Policy):
         """Line 11: a uniform arm; ``local`` draws from the exploited arm +-1 instead once
         every arm of ``key`` has a sample (before that, probes stay uniform)."""
         lo, hi = 0, self._gamma_max
-        if self._local and all(self._table.row(key)[0]):
+        if self._local and self._ranked(key) is not None:
             best = self.exploit(key, num_reqs, max_skip_tokens)
             lo, hi = max(0, best - 1), min(self._gamma_max, best + 1)
         return self._rng.randint(lo, hi)
 
     def exploit(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:
-        """Eq. (4) over the arms of ``key``; unobserved arms first (see module doc)."""
-        counts, means = self._table.row(key)
-        for gamma, count in enumerate(counts):
-            if count == 0.0:
-                return gamma
+        """Eq. (4) over the arms of ``key``; untried arms per the module doc."""
+        means = self._ranked(key)
+        if means is None:
+            return self._table.row(key)[0].index(0.0)
         penalty = 0.0
         if self._prev_gamma == 0 and self._weight > 0.0:
             penalty = self._weight * self._switch_cost.cost_s_at(max_skip_tokens, num_reqs)
@@ -189,17 +199,30 @@ class NightjarPolicy(Policy):
                 best_gamma, best_loss = gamma, loss
         return best_gamma
 
+    def _ranked(self, key: int) -> list[float] | None:
+        """Per-arm latency estimates of ``key`` for Eq. (4): its own means when every arm
+        was tried; else, with ``share_across_keys``, gaps filled from the nearest complete
+        key; ``None`` when some arm has neither."""
+        counts, means = self._table.row(key)
+        if key in self._complete_keys:
+            return means
+        if not self._share or not self._complete_keys:
+            return None
+        near = min(self._complete_keys, key=lambda k: (abs(k - key), k))
+        prior = self._table.means[near]
+        tried = [g for g, n in enumerate(counts) if n > 0.0]
+        scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
+        return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
+
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
         # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
         # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
         weight = float(result.num_tokens) if self._token_weighted else 1.0
-        self._table.update(
-            self._key(result.num_reqs),
-            result.gamma,
-            result.duration_s / result.num_tokens,
-            weight,
-        )
+        key = self._key(result.num_reqs)
+        self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
+        if key not in self._complete_keys and 0.0 not in self._table.counts[key]:
+            self._complete_keys.add(key)
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:
         """Current l~[B, gamma] (seconds per token) or ``None`` if unobserved."""
@@ -212,6 +235,7 @@ class NightjarPolicy(Policy):
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
+        self._complete_keys = {k for k, counts in self._table.counts.items() if 0.0 not in counts}
 
     def local_state(self) -> dict[str, Any]:
         return {
@@ -228,3 +252,13 @@ class NightjarPolicy(Policy):
             int(k): _KeySchedule(int(j), int(b), int(tau), int(arm), bool(rest and rest[0]))
             for k, j, b, tau, arm, *rest in state.get("schedules", [])
         }
+
+
+class NightjarPaperPolicy(NightjarPolicy):
+    """The paper's exact Algorithm 1 (``nightjar-paper``; see ``NightjarPaperPolicyConfig``).
+
+    Its own name keeps its statistics apart: step-mean and token-weighted tables do not
+    merge into one mean.
+    """
+
+    name = "nightjar-paper"

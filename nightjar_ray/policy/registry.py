@@ -20,6 +20,7 @@ from nightjar_ray.policy.config import (
     DsdPolicyConfig,
     Exp3SpecPolicyConfig,
     FixedPolicyConfig,
+    NightjarPaperPolicyConfig,
     NightjarPolicyConfig,
     OffPolicyConfig,
     PolicyConfig,
@@ -29,7 +30,7 @@ from nightjar_ray.policy.config import (
 from nightjar_ray.policy.cyclic import CyclicPolicy, CyclicPolicyConfig
 from nightjar_ray.policy.dsd import DsdPolicy
 from nightjar_ray.policy.exp3spec import Exp3SpecPolicy
-from nightjar_ray.policy.nightjar import NightjarPolicy
+from nightjar_ray.policy.nightjar import NightjarPaperPolicy, NightjarPolicy
 from nightjar_ray.policy.static import FixedPolicy, OffPolicy, VllmStaticPolicy
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 from nightjar_ray.policy.ucbspec import UcbSpecPolicy
@@ -56,11 +57,13 @@ def load_switch_cost(profile: str | None, constant_ms: float) -> SwitchCostTable
 
 def _nightjar(config: NightjarPolicyConfig, rng: random.Random) -> Policy:
     table = load_switch_cost(config.switch_cost_profile, config.switch_cost_ms)
-    return NightjarPolicy(config, rng, table)
+    cls = NightjarPaperPolicy if isinstance(config, NightjarPaperPolicyConfig) else NightjarPolicy
+    return cls(config, rng, table)
 
 
 REGISTRY: dict[str, PolicySpec] = {
     "nightjar": PolicySpec(NightjarPolicyConfig, _nightjar),
+    "nightjar-paper": PolicySpec(NightjarPaperPolicyConfig, _nightjar),
     "fixed": PolicySpec(FixedPolicyConfig, lambda c, _rng: FixedPolicy(c)),
     "off": PolicySpec(OffPolicyConfig, lambda c, _rng: OffPolicy(c)),
     "vllm-static": PolicySpec(VllmStaticPolicyConfig, lambda c, _rng: VllmStaticPolicy(c)),

@@ -23,23 +23,15 @@ from typing import Any, Literal
 
 from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
-from nightjar_ray.policy.config import NightjarPolicyConfig
 from nightjar_ray.policy.nightjar import NightjarPolicy
+from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE
 from nightjar_ray.sim.calibration import simulated_switch_cost, token_latency_s
 from nightjar_ray.sim.elastic import ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.metrics import SimResult, Summary, summarize
 from nightjar_ray.sim.presets import Setting
-from nightjar_ray.sim.server import ServerOptions, SimServer
+from nightjar_ray.sim.server import ServerOptions, SimObservation, SimServer
 from nightjar_ray.sim.workload import RequestSpec
-
-NIGHTJAR_DEFAULTS: dict[str, Any] = {
-    "bucketing": "pow2",
-    "switch_cost_weight": 0.03,
-    "exploration": "local",
-    "explore_bin_steps": 2,
-}
-"""Nightjar settings the simulator recommends (docs/simulator.md, "Choosing defaults")."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +47,8 @@ class RunKnobs:
     """Steps the reload condition must hold (paper: 1; ``ElasticParams``)."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
-    observed_time: Literal["step", "decode", "pure"] = "decode"
-    """What policies observe (``ServerOptions.observed_time``)."""
+    observed_time: SimObservation = DEFAULT_OBSERVATION_RULE
+    """What policies observe: the engine's observation rule (``ServerOptions.observed_time``)."""
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
     paper's weights-only offload, docs/simulator.md)."""
@@ -77,11 +69,11 @@ def default_contenders(
 ) -> list[Contender]:
     """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
 
-    Adaptive policies choose among 0..``gamma_max``; nightjar starts from
-    ``NIGHTJAR_DEFAULTS`` (overridden by ``nightjar_params``).
+    Adaptive policies choose among 0..``gamma_max``; nightjar runs the policy package's
+    defaults (``NightjarPolicyConfig``, the engine's too) overridden by ``nightjar_params``.
     """
     g = {"gamma_max": gamma_max}
-    nightjar = {**g, **NIGHTJAR_DEFAULTS, **(nightjar_params or {})}
+    nightjar = {**g, **(nightjar_params or {})}
     out = [
         Contender("nightjar", "nightjar", nightjar, skip_draft=True, elastic=True),
         Contender("off", "off", use_draft=False),
@@ -97,6 +89,9 @@ def default_contenders(
     ]
     return out
 
+
+PAPER_PRESET = Contender("nightjar-paper", "nightjar-paper", {"gamma_max": 4}, True, True, True)
+"""The paper's exact Algorithm 1 with Nightjar's engine setup (``--with-paper-preset``)."""
 
 CEILING = Contender("gamma0+offload", "off", skip_draft=True, elastic=True)
 """Diagnostic: draft loaded but never used, offloaded at the first memory pressure: the most
@@ -158,11 +153,12 @@ def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
 
 def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
     rng = random.Random(seed + 7919)
-    if c.policy == "nightjar":
-        config = NightjarPolicyConfig.model_validate(c.params)
+    policy = build_policy(c.policy, c.params, rng=rng)
+    if isinstance(policy, NightjarPolicy):
+        config = policy.config
         if config.switch_cost_profile is None and config.switch_cost_ms == 0.0:
-            return NightjarPolicy(config, rng, simulated_switch_cost(setting))
-    return build_policy(c.policy, c.params, rng=rng)
+            return type(policy)(config, rng, simulated_switch_cost(setting))
+    return policy
 
 
 def run_contender(

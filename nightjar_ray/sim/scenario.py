@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nightjar_ray.sim.experiments import RunKnobs
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_dataset
+from nightjar_ray.sim.server import SimObservation
 from nightjar_ray.sim.workload import (
     DEFAULT_TRACE,
     RequestSpec,
@@ -79,9 +80,12 @@ class ScenarioConfig(BaseModel):
         ge=1,
         description="Steps the reload condition must hold before the draft returns (nightjar).",
     )
-    observed_time: Literal["step", "decode", "pure"] = Field(
+    observed_time: SimObservation = Field(
         RunKnobs().observed_time,
-        description="Step time policies observe: wall time, decode part, or pure-decode steps.",
+        description=(
+            "What policies observe: an engine observation rule (prefill-corrected, pure, "
+            "step) or the simulator-only 'decode' diagnostic (cost-model decode time)."
+        ),
     )
     offload_trigger: Literal["played", "exploited"] = Field(
         RunKnobs().offload_trigger,

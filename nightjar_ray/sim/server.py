@@ -27,6 +27,7 @@ from typing import Literal
 from nightjar_ray.policy.base import Policy, StepResult
 from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
 from nightjar_ray.policy.nightjar import NightjarPolicy
+from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 from nightjar_ray.sim.acceptance import AcceptanceProcess
 from nightjar_ray.sim.elastic import DraftState, ElasticMemory, ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
@@ -37,6 +38,8 @@ from nightjar_ray.sim.roofline import Roofline
 from nightjar_ray.sim.scheduler import ScheduledStep, SimRequest, SimScheduler
 from nightjar_ray.sim.step_cost import StepCostModel
 from nightjar_ray.sim.workload import RequestSpec
+
+SimObservation = Literal["prefill-corrected", "pure", "step", "decode"]
 
 LOOKAHEAD_MARGIN_TOKENS = 32
 """Pool tokens kept free of any single request's prompt + output (gamma_max <= 16)."""
@@ -57,11 +60,11 @@ class ServerOptions:
     """§6.1 condition (1), "speculative decoding is disabled": ``played``: the last step
     played gamma = 0; ``exploited``: also, for Nightjar, that gamma = 0 came from an
     exploitation bin (an exploration probe of gamma = 0 does not count)."""
-    observed_time: Literal["step", "decode", "pure"] = "step"
-    """What ``policy.observe`` is told: ``step``: every decode step with its wall time;
-    ``decode``: every decode step with the time its decodes alone would take (prefill
-    chunks sharing the step removed via the cost model); ``pure``: only steps without
-    prefill chunks (what an engine can do without a cost model)."""
+    observed_time: SimObservation = DEFAULT_OBSERVATION_RULE
+    """What ``policy.observe`` is told: one of the engine's observation rules
+    (``nightjar_ray.policy.observation``, the same object the engine runs), or ``decode``,
+    a simulator-only diagnostic: every decode step with the time its decodes alone would
+    take per the cost model (prefill chunks, target's and draft's, removed)."""
     seed: int = 0
     check_invariants: bool = False
     """Check block accounting after every step (slow; tests)."""
@@ -104,6 +107,8 @@ class SimServer:
         if isinstance(policy, NightjarPolicy) and options.offload_trigger == "exploited":
             self._bucket = bucket_fn(policy.config.bucketing)
             policy.bin_listener = self._on_bin
+        rule = options.observed_time
+        self.observation = None if rule == "decode" else ObservationRule(rule)
         self.records: list[RequestRecord] = []
         self.timeline: list[StepRecord] = []
         self.num_steps = 0
@@ -173,26 +178,25 @@ class SimServer:
             return
         draft_runs = self._draft_runs(step)
         cost = self.cost.cost(step, draft_runs)
-        observed_s = self._observed_s(step, draft_runs, cost.total_s)  # before state changes
+        decode_s = self._decode_only_s(step, draft_runs, cost.total_s)  # before state changes
         self.now_s += cost.total_s
         self.catchup_s += cost.catchup_s
         num_tokens, num_accepted = self._apply(step, draft_runs)
         self.num_steps += 1
         if step.decodes:
+            sample = StepSample(
+                len(step.decodes),
+                self.last_gamma,
+                step.gamma,
+                num_tokens,
+                cost.total_s,
+                sum(chunk for _, chunk in step.prefills),
+                len(step.decodes) * step.gamma,
+                num_accepted,
+            )
             self.last_gamma = step.gamma
             self.last_num_reqs = len(step.decodes)
-            if not (self.options.observed_time == "pure" and step.prefills):
-                num_reqs = len(step.decodes)
-                self.policy.observe(
-                    StepResult(
-                        num_reqs,
-                        step.gamma,
-                        num_tokens,
-                        observed_s,
-                        num_reqs * step.gamma,
-                        num_accepted,
-                    )
-                )
+            self._observe(sample, decode_s)
         self._record(step, cost.total_s)
         if self.elastic is not None:
             self._elastic_step()
@@ -213,8 +217,24 @@ class SimServer:
             for req in self.scheduler.running:
                 req.draft_lag = req.num_computed
 
-    def _observed_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
-        """Step time the policy is told: wall time, or the decode-only part (see options)."""
+    def _observe(self, sample: StepSample, decode_s: float) -> None:
+        """Feed the policy what the engine would (its observation rule), or the diagnostic."""
+        if self.observation is not None:
+            result = self.observation.observe(sample)
+        else:
+            result = StepResult(
+                sample.num_reqs,
+                sample.next_gamma,
+                sample.num_tokens,
+                decode_s,
+                sample.num_draft_tokens,
+                sample.num_accepted_tokens,
+            )
+        if result is not None:
+            self.policy.observe(result)
+
+    def _decode_only_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
+        """The ``decode`` diagnostic: the step's time without its prefill chunks."""
         if self.options.observed_time != "decode" or not step.prefills:
             return total_s
         return self.cost.cost(replace(step, prefills=()), draft_runs).total_s

@@ -1,6 +1,6 @@
 """Sweeps that choose Nightjar's defaults in simulation (tau_low, T_persist, bucketing).
 
-Each variant changes one knob from the defaults (``RunKnobs()``, ``NIGHTJAR_DEFAULTS``)
+Each variant changes one knob from the defaults (``RunKnobs()``, ``NightjarPolicyConfig()``)
 and reports nightjar's throughput as a ratio to ``off`` on the same workload.
 """
 
@@ -39,11 +39,8 @@ def variants(
     out = [
         Variant("defaults", base, knobs),
         Variant("bucketing=exact", with_params(base, bucketing="exact"), knobs),
-        Variant(
-            "estimator=token-weighted",
-            with_params(base, latency_estimator="token-weighted"),
-            knobs,
-        ),
+        Variant("estimator=step-mean", with_params(base, latency_estimator="step-mean"), knobs),
+        Variant("share_across_keys=False", with_params(base, share_across_keys=False), knobs),
         Variant("exploration=uniform", with_params(base, exploration="uniform"), knobs),
         Variant("no offload", replace(base, elastic=False), knobs),
         Variant("trigger=played", base, replace(knobs, offload_trigger="played")),

@@ -50,6 +50,10 @@ def test_nightjar_policy_is_lossless(
     mixed = [d for d in decisions if d["num_scheduled_reqs"] > d["num_decode_reqs"] > 0]
     assert mixed, "expected steps where chunked prefills share the batch with decodes"
     assert all(d["num_reqs"] == d["num_decode_reqs"] for d in mixed)
+    # the observation rule's input: prompt tokens of the chunks sharing a step, none otherwise
+    assert all(d["num_prefill_tokens"] > 0 for d in mixed)
+    pure = [d for d in decisions if d["num_scheduled_reqs"] == d["num_decode_reqs"]]
+    assert pure and all(d["num_prefill_tokens"] == 0 for d in pure)
     assert any(d["observed"] and d["duration_s"] > 0 for d in decisions)
 
 

@@ -46,8 +46,8 @@ def make(name: str, params: dict[str, object], **kw: object) -> tuple[Stepper, R
     return stepper, rec, clock
 
 
-def decode(n: int, skip: int = 0, prefills: int = 0) -> StepBatch:
-    return StepBatch(n, n, n + prefills, skip)
+def decode(n: int, skip: int = 0, prefills: int = 0, prompt_tokens: int = 100) -> StepBatch:
+    return StepBatch(n, n + prefills, n + prefills, skip, prefills * prompt_tokens)
 
 
 def test_batch_size_counts_decodes_not_prefills() -> None:
@@ -126,20 +126,24 @@ def test_decision_log_has_one_json_line_per_step(tmp_path: object) -> None:
     assert lines[1]["num_accepted_tokens"] == 4 and lines[1]["observed"]
 
 
-def test_steps_carrying_prefill_are_not_observed_unless_asked() -> None:
-    for include in (False, True):
-        stepper, rec, clock = make(
-            "fixed", {"gamma": 2, "gamma_max": 4}, observe_prefill_steps=include
-        )
+def test_steps_carrying_prefill_follow_the_observation_rule() -> None:
+    """``step`` keeps a prefill-carrying step's wall time; ``pure`` drops it; so does
+    ``prefill-corrected`` until it has priced the target's prefill (at gamma = 0)."""
+    for rule, expected in (
+        ("step", [False, True, False]),
+        ("pure", [False, False]),
+        ("prefill-corrected", [False, False]),
+    ):
+        stepper, rec, clock = make("fixed", {"gamma": 2, "gamma_max": 4}, observation_rule=rule)
         for prefills in (0, 0, 3, 0):
             stepper.on_schedule(decode(1, prefills=prefills), clock.now)
             clock.now += 0.02 if prefills == 0 else 0.5
             stepper.on_output(num_tokens=2 + prefills, num_draft_tokens=2, num_accepted_tokens=1)
-        # step 0 is a transition (0 -> 2); the prefill-carrying step 2 counts only when asked
-        assert [r.duration_s > 0.1 for r in rec.observed] == (
-            [False, True, False] if include else [False, False]
-        )
+        # step 0 is a transition (0 -> 2); the prefill-carrying step 2 follows the rule
+        assert [r.duration_s > 0.1 for r in rec.observed] == expected, rule
         assert stepper.history[2].carries_prefill
+        # a prompt's first token is not a decode token: the decode emitted 2
+        assert all(r.num_tokens == 2 for r in rec.observed)
 
 
 def test_telemetry_counts_every_step_by_gamma_switches_and_observed_goodput() -> None:

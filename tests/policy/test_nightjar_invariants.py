@@ -12,7 +12,7 @@ from tests.policy.envs import Trace, bowl_env
 
 
 def _policy(seed: int, **params: object) -> NightjarPolicy:
-    policy = build_policy("nightjar", {"gamma_max": 4, **params}, rng=random.Random(seed))
+    policy = build_policy("nightjar-paper", {"gamma_max": 4, **params}, rng=random.Random(seed))
     assert isinstance(policy, NightjarPolicy)
     return policy
 

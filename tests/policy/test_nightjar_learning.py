@@ -16,7 +16,7 @@ BATCHES = (1, 4, 16, 48)
 
 
 def _nightjar(seed: int, **params: object) -> NightjarPolicy:
-    policy = build_policy("nightjar", {"gamma_max": 4, **params}, rng=random.Random(seed))
+    policy = build_policy("nightjar-paper", {"gamma_max": 4, **params}, rng=random.Random(seed))
     assert isinstance(policy, NightjarPolicy)
     return policy
 
@@ -90,7 +90,7 @@ def _loaded_policy(switch_cost_ms: float) -> NightjarPolicy:
     policy = _nightjar(0, switch_cost_ms=switch_cost_ms)
     latency = {0: 1.00e-3, 1: 0.80e-3, 2: 0.84e-3, 3: 0.86e-3, 4: 0.88e-3}
     cells = {(8, g): (50.0, v) for g, v in latency.items()}
-    policy.load_stats(PolicyStats("nightjar", {LATENCY_TABLE: cells}))
+    policy.load_stats(PolicyStats(policy.name, {LATENCY_TABLE: cells}))
     return policy
 
 

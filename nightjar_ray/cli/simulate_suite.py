@@ -1,0 +1,76 @@
+"""``nightjar-ray simulate suite``: the workload suite over settings and seeds (``sim/suite.py``).
+
+Prints, per (setting, workload), each policy's worst seed against the best static choice
+in hindsight and against ``off``, then how many cells each policy passes (the goals in
+``sim/suite_report.py``) and its worst cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, default_contenders
+from nightjar_ray.sim.presets import SETTINGS
+from nightjar_ray.sim.scenario import ScenarioConfig
+from nightjar_ray.sim.suite import SUITE
+from nightjar_ray.sim.suite_report import run_suite, suite_table
+
+
+def add_suite_parser(sub: Any) -> None:
+    p = sub.add_parser("suite", help="The workload suite: nightjar vs the best static choice.")
+    p.add_argument("--settings", default=",".join(SETTINGS), help="Comma-separated settings.")
+    p.add_argument("--workloads", default=",".join(SUITE), help=f"Comma-separated: {list(SUITE)}.")
+    p.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds.")
+    p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    p.add_argument(
+        "--with-paper-preset", action="store_true", help="Also run nightjar-paper (Algorithm 1)."
+    )
+    p.add_argument(
+        "--observed-time",
+        choices=["prefill-corrected", "pure", "step", "decode"],
+        default=None,
+        help="Observation rule (default: the engine's default).",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
+    p.set_defaults(func=run)
+
+
+def _names(flag: str, value: str, known: Any) -> list[str]:
+    names = [v for v in value.split(",") if v]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"{flag}: unknown {unknown}; choose from {list(known)}")
+    return names
+
+
+def suite_contenders(nightjar_params: dict[str, Any], with_paper: bool) -> list[Contender]:
+    """nightjar, off, fixed-1..5 (the statics the best choice is taken from), paper preset."""
+    keep = [
+        c
+        for c in default_contenders(nightjar_params=nightjar_params)
+        if c.label in ("nightjar", "off") or c.label.startswith("fixed-")
+    ]
+    return keep + ([PAPER_PRESET] if with_paper else [])
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = _names("--settings", args.settings, SETTINGS)
+    workloads = _names("--workloads", args.workloads, SUITE)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"--seeds: expected comma-separated integers, got {args.seeds!r}"
+        ) from None
+    if args.jobs < 1:
+        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    knob_args = {} if args.observed_time is None else {"observed_time": args.observed_time}
+    knobs = ScenarioConfig.model_validate(knob_args).knobs
+    contenders = suite_contenders(json.loads(args.nightjar_params), args.with_paper_preset)
+    cells = run_suite(settings, workloads, seeds, contenders, knobs, args.jobs)
+    labels = [c.label for c in contenders if c.label in ("nightjar", "nightjar-paper")]
+    print(f"observation rule: {knobs.observed_time}; seeds {seeds}")
+    print("\n".join(suite_table(cells, [*labels, "off"])))
+    return 0

@@ -1,0 +1,115 @@
+"""Run the workload suite (``suite.py``) over settings and seeds, and judge a policy on it.
+
+The judgement is the one the defaults are held to (docs/benchmarks.md, "Speculation that
+never loses"), per cell (setting, workload, seed), against the best static choice in
+hindsight of that cell (``off`` or ``fixed-k``, by throughput):
+
+* throughput >= ``MIN_OF_BEST_STATIC`` of the best static's;
+* throughput >= ``MIN_OF_OFF`` of ``off``'s;
+* mean E2E latency <= ``MAX_E2E_OF_BEST_STATIC`` x the lowest mean E2E of a static choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nightjar_ray.sim.experiments import Contender, LoadRow, RunKnobs, compare_loads
+from nightjar_ray.sim.presets import get_setting
+from nightjar_ray.sim.suite import suite_workload
+
+MIN_OF_BEST_STATIC = 0.97
+MIN_OF_OFF = 0.99
+MAX_E2E_OF_BEST_STATIC = 1.03
+
+
+@dataclass(frozen=True)
+class SuiteCell:
+    """One (setting, workload, seed) with every contender's summary."""
+
+    setting: str
+    workload: str
+    seed: int
+    row: LoadRow
+
+    def static_labels(self) -> list[str]:
+        return [k for k in self.row.summaries if k == "off" or k.startswith("fixed-")]
+
+    def of_best_static(self, label: str) -> float:
+        """Throughput of ``label`` over the best static's."""
+        return self.row.ratio(label, self.row.oracle_label)[0]
+
+    def of_off(self, label: str) -> float:
+        return self.row.ratio(label, "off")[0]
+
+    def e2e_of_best_static(self, label: str) -> float:
+        """Mean E2E of ``label`` over the lowest mean E2E among static choices."""
+        s = self.row.summaries
+        best = min(s[k].mean_e2e_s for k in self.static_labels())
+        return s[label].mean_e2e_s / best
+
+    def passes(self, label: str) -> bool:
+        return (
+            self.of_best_static(label) >= MIN_OF_BEST_STATIC
+            and self.of_off(label) >= MIN_OF_OFF
+            and self.e2e_of_best_static(label) <= MAX_E2E_OF_BEST_STATIC
+        )
+
+
+def run_suite(
+    settings: Sequence[str],
+    workloads: Sequence[str],
+    seeds: Sequence[int],
+    contenders: Sequence[Contender],
+    knobs: RunKnobs | None = None,
+    jobs: int = 1,
+) -> list[SuiteCell]:
+    """Every contender on every (setting, workload, seed); the dataset is ShareGPT's
+    acceptance profile (lengths come from each workload)."""
+    knobs = knobs or RunKnobs()
+    cells: list[SuiteCell] = []
+    for name in settings:
+        setting = get_setting(name)
+        cases = [(w, n, suite_workload(w, setting, n)) for w in workloads for n in seeds]
+        rows = compare_loads(setting, contenders, cases, "sharegpt", knobs, jobs)
+        cells += [SuiteCell(name, w, n, row) for (w, n, _), row in zip(cases, rows, strict=True)]
+    return cells
+
+
+def suite_table(cells: Sequence[SuiteCell], labels: Sequence[str]) -> list[str]:
+    """Per (setting, workload): each label's worst-seed ratios; then each label's worst cell."""
+    out = [
+        "Worst seed per cell: throughput / best static | throughput / off | "
+        "mean E2E / best static's (goals >= 0.97 | >= 0.99 | <= 1.03):",
+        "",
+        "| setting | workload | best static (per seed) | " + " | ".join(labels) + " |",
+        "|" + "---|" * (len(labels) + 3),
+    ]
+    groups: dict[tuple[str, str], list[SuiteCell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.setting, cell.workload), []).append(cell)
+    for (setting, workload), group in groups.items():
+        oracles = ",".join(c.row.oracle_label for c in group)
+        row = [_worst(group, label) for label in labels]
+        out.append(f"| {setting} | {workload} | {oracles} | " + " | ".join(row) + " |")
+    out += [
+        "",
+        "| policy | cells passing | worst throughput / best static (cell) |",
+        "|---|---|---|",
+    ]
+    for label in labels:
+        passing = sum(c.passes(label) for c in cells)
+        worst = min(cells, key=lambda c: c.of_best_static(label))
+        out.append(
+            f"| {label} | {passing}/{len(cells)} | {worst.of_best_static(label):.3f} "
+            f"({worst.setting}, {worst.workload}, seed {worst.seed}) |"
+        )
+    return out
+
+
+def _worst(group: Sequence[SuiteCell], label: str) -> str:
+    best = min(c.of_best_static(label) for c in group)
+    off = min(c.of_off(label) for c in group)
+    e2e = max(c.e2e_of_best_static(label) for c in group)
+    mark = "" if all(c.passes(label) for c in group) else " ✗"
+    return f"{best:.3f} \\| {off:.3f} \\| {e2e:.2f}{mark}"

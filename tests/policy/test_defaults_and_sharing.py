@@ -1,0 +1,70 @@
+"""Defaults from evidence, the paper preset, and ranking untried arms from a neighbour key."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nightjar_ray.policy import StepResult, build_policy
+from nightjar_ray.policy.config import NightjarPaperPolicyConfig, NightjarPolicyConfig
+from nightjar_ray.policy.nightjar import NightjarPaperPolicy, NightjarPolicy
+
+
+def test_defaults_differ_from_the_paper_preset_only_where_measured() -> None:
+    default, paper = NightjarPolicyConfig(), NightjarPaperPolicyConfig()
+    assert (default.bucketing, paper.bucketing) == ("pow2", "exact")
+    assert (default.latency_estimator, paper.latency_estimator) == ("token-weighted", "step-mean")
+    assert (default.exploration, paper.exploration) == ("local", "uniform")
+    assert (default.explore_bin_steps, paper.explore_bin_steps) == (2, None)
+    assert (default.switch_cost_weight, paper.switch_cost_weight) == (0.03, 1.0)
+    assert (default.share_across_keys, paper.share_across_keys) == (False, False)
+    assert default.gamma_max == paper.gamma_max == 4
+
+
+def test_paper_preset_is_its_own_policy_and_keeps_its_statistics_apart() -> None:
+    paper = build_policy("nightjar-paper", {}, rng=random.Random(0))
+    default = build_policy("nightjar", {}, rng=random.Random(0))
+    assert isinstance(paper, NightjarPaperPolicy) and paper.name == "nightjar-paper"
+    assert type(default) is NightjarPolicy
+    default.observe(StepResult(4, 1, 6, 0.01))
+    with pytest.raises(ValueError, match="nightjar"):
+        paper.load_stats(default.export_stats())
+    # the preset's fields can still be overridden one by one
+    tuned = build_policy("nightjar-paper", {"bucketing": "pow2"}, rng=random.Random(0))
+    assert isinstance(tuned, NightjarPolicy) and tuned.config.bucketing == "pow2"
+
+
+def _with_complete_key(share: bool) -> NightjarPolicy:
+    params = {"bucketing": "exact", "share_across_keys": share}
+    policy = build_policy("nightjar", params, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    # key 16 knows every arm: gamma 2 is best there
+    for gamma, latency in enumerate((1.0e-3, 0.9e-3, 0.7e-3, 0.8e-3, 1.1e-3)):
+        policy.observe(StepResult(16, gamma, 10, 10 * latency))
+    return policy
+
+
+def test_untried_arms_are_ranked_from_the_nearest_complete_key() -> None:
+    shared = _with_complete_key(share=True)
+    assert shared.exploit(12, 12, 0) == 2  # the neighbour's best, not gamma 0 first
+    # a tried arm of the key itself rescales the neighbour's row: gamma 1 measured 2x its
+    # neighbour value and 0.5x... only tried arms use their own means
+    shared.observe(StepResult(12, 2, 10, 10 * 2.0e-3))  # gamma 2 is slow here
+    assert shared.exploit(12, 12, 0) == 2  # rescaled row keeps the neighbour's order...
+    shared.observe(StepResult(12, 1, 10, 10 * 0.5e-3))  # ...until gamma 1 is measured better
+    assert shared.exploit(12, 12, 0) == 1
+    paper_like = _with_complete_key(share=False)
+    assert paper_like.exploit(12, 12, 0) == 0  # plays untried arms in order
+
+
+def test_sharing_needs_a_complete_key_and_forgets_it_with_new_statistics() -> None:
+    params = {"bucketing": "exact", "share_across_keys": True}
+    policy = build_policy("nightjar", params, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    assert policy.exploit(12, 12, 0) == 0  # nothing to share yet
+    donor = _with_complete_key(share=True)
+    policy.load_stats(donor.export_stats())
+    assert policy.exploit(12, 12, 0) == 2
+    policy.load_stats(build_policy("nightjar", {}, rng=random.Random(0)).export_stats())
+    assert policy.exploit(12, 12, 0) == 0

@@ -1,0 +1,115 @@
+"""One observation rule for engine and simulator; speculation pays for its draft prefill."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nightjar_ray.engine import stepper as engine_stepper
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.policy import build_policy
+from nightjar_ray.policy.config import NightjarPolicyConfig
+from nightjar_ray.policy.observation import (
+    DEFAULT_OBSERVATION_RULE,
+    MIN_PREFILL_SAMPLES,
+    ObservationRule,
+    StepSample,
+)
+from nightjar_ray.sim import server as sim_server
+from nightjar_ray.sim.experiments import RunKnobs, default_contenders
+
+BASE_S = 0.020
+TARGET_S_PER_PROMPT_TOKEN = 1e-5
+DRAFT_S_PER_PROMPT_TOKEN = 2e-6
+
+
+def test_engine_and_simulator_run_the_same_rule_with_the_same_default() -> None:
+    assert engine_stepper.ObservationRule is sim_server.ObservationRule is ObservationRule
+    assert NightjarConfig().observation_rule == RunKnobs().observed_time
+    assert RunKnobs().observed_time == DEFAULT_OBSERVATION_RULE
+    policy = build_policy("off", {}, rng=random.Random(0))
+    stepper = Stepper(policy, gamma_cap=4, clock=lambda: 0.0)
+    assert isinstance(stepper.observation, ObservationRule)
+    assert stepper.observation.name == DEFAULT_OBSERVATION_RULE
+
+
+def test_defaults_are_one_config_in_engine_and_simulator() -> None:
+    nightjar = next(c for c in default_contenders() if c.label == "nightjar")
+    simulated = NightjarPolicyConfig.model_validate(nightjar.params)
+    assert NightjarConfig().policy_config() == simulated == NightjarPolicyConfig()
+
+
+def _step(gamma: int, num_prefill_tokens: int, num_reqs: int = 4) -> StepSample:
+    """A step whose time is the decode's, the target's prefill, and (gamma > 0) the draft's."""
+    tokens = num_reqs * (1 + gamma)
+    duration = BASE_S * (1 + 0.3 * gamma) + TARGET_S_PER_PROMPT_TOKEN * num_prefill_tokens
+    if gamma > 0:
+        duration += DRAFT_S_PER_PROMPT_TOKEN * num_prefill_tokens
+    return StepSample(num_reqs, gamma, gamma, tokens, duration, num_prefill_tokens)
+
+
+def _calibrated(rule: ObservationRule) -> ObservationRule:
+    for _ in range(5):
+        assert rule.observe(_step(0, 0)) is not None
+    for i in range(MIN_PREFILL_SAMPLES):
+        rule.observe(_step(0, 500 + 100 * i))
+    return rule
+
+
+def test_mixed_step_charges_draft_prefill_to_speculation() -> None:
+    rule = _calibrated(ObservationRule("prefill-corrected"))
+    assert rule.prefill_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    pure = rule.observe(_step(2, 0))
+    mixed = rule.observe(_step(2, 2000))
+    assert pure is not None and mixed is not None
+    # the target's 2,000 prompt tokens are gone, the draft's forward over them stays
+    assert mixed.duration_s - pure.duration_s == pytest.approx(2000 * DRAFT_S_PER_PROMPT_TOKEN)
+    off_mixed = rule.observe(_step(0, 2000))
+    off_pure = rule.observe(_step(0, 0))
+    assert off_mixed is not None and off_pure is not None
+    assert off_mixed.duration_s == pytest.approx(off_pure.duration_s, rel=1e-6)
+    # the pure rule never sees the draft's prefill: the mixed step is not a sample
+    assert ObservationRule("pure").observe(_step(2, 2000)) is None
+    # wall time charges the target's prefill to whichever gamma ran
+    walled = ObservationRule("step").observe(_step(2, 2000))
+    assert walled is not None and walled.duration_s == _step(2, 2000).duration_s
+
+
+def test_uncalibrated_rule_skips_mixed_steps_and_transitions_are_never_samples() -> None:
+    rule = ObservationRule("prefill-corrected")
+    assert rule.prefill_s_per_token is None
+    assert rule.observe(_step(2, 1000)) is None
+    assert rule.observe(_step(2, 0)._replace(next_gamma=0)) is None
+    assert rule.observe(_step(0, 0)._replace(num_reqs=0)) is None
+    with pytest.raises(ValueError, match="observation rule"):
+        ObservationRule("bogus")
+
+
+def test_engine_stepper_learns_corrected_times_from_its_own_steps() -> None:
+    """The engine path end to end: gamma=0 steps price the target's prefill, then a gamma=2
+    step with prefill chunks is observed with the draft's prefill still in it."""
+    policy = build_policy(
+        "cyclic",
+        {"gammas": [0] * 40 + [2] * 40, "steps_per_gamma": 1, "gamma_max": 4},
+        rng=random.Random(0),
+    )
+    seen: list[float] = []
+    real_observe = policy.observe
+    policy.observe = lambda r: (seen.append(r.duration_s), real_observe(r))[1]  # type: ignore[method-assign]
+    now = [0.0]
+    stepper = Stepper(policy, gamma_cap=4, clock=lambda: now[0])
+    for i in range(80):
+        prompt = 0 if i % 3 else 1000
+        gamma = 0 if i < 40 else 2
+        stepper.on_schedule(StepBatch(4, 5 if prompt else 4, 5 if prompt else 4, 0, prompt), now[0])
+        sample = _step(gamma, prompt)
+        now[0] += sample.duration_s
+        stepper.on_output(sample.num_tokens + (1 if prompt else 0), 4 * gamma, 4 * gamma)
+    assert stepper.observation.prefill_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    pure, wall = _step(2, 0).duration_s, _step(2, 1000).duration_s
+    expected_mixed = pure + 1000 * DRAFT_S_PER_PROMPT_TOKEN
+    assert wall > expected_mixed  # wall time holds the target's prefill too
+    assert any(d == pytest.approx(expected_mixed) for d in seen)
+    assert all(d <= expected_mixed + 1e-9 for d in seen)

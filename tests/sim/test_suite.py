@@ -1,0 +1,80 @@
+"""The workload suite: generators, capacity, the judgement, and the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from nightjar_ray.cli.main import main
+from nightjar_ray.sim.presets import get_setting
+from nightjar_ray.sim.suite import (
+    LONG_OUTPUT,
+    PREFILL_HEAVY,
+    SHAREGPT,
+    SUITE,
+    capacity_qps,
+    suite_workload,
+)
+from nightjar_ray.sim.workload import DEFAULT_TRACE
+
+SETTING = get_setting("rtx4090-7b")
+
+
+def _rate(workload: tuple, lo_s: float, hi_s: float) -> float:  # type: ignore[type-arg]
+    return sum(lo_s <= r.arrival_s < hi_s for r in workload) / (hi_s - lo_s)
+
+
+@pytest.mark.parametrize("name", list(SUITE))
+def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) -> None:
+    if name == "trace" and not DEFAULT_TRACE.exists():
+        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    first, again = suite_workload(name, SETTING, 1), suite_workload(name, SETTING, 1)
+    assert first == again and len(first) > 100
+    assert [r.arrival_s for r in first] == sorted(r.arrival_s for r in first)
+    assert all(
+        r.num_prompt_tokens + r.num_output_tokens <= SETTING.target.max_model_len for r in first
+    )
+    if name != "trace":
+        assert suite_workload(name, SETTING, 2) != first
+
+
+def test_capacity_is_measured_per_length_mix() -> None:
+    sharegpt, heavy, long_out = (
+        capacity_qps(SETTING, m) for m in (SHAREGPT, PREFILL_HEAVY, LONG_OUTPUT)
+    )
+    assert heavy < sharegpt and long_out < sharegpt  # long prompts or long outputs cost more
+    assert capacity_qps(SETTING, SHAREGPT) == sharegpt
+
+
+def test_prefill_heavy_lengths_and_burst() -> None:
+    wl = suite_workload("prefill-heavy", SETTING, 0)
+    assert all(2048 <= r.num_prompt_tokens <= 8192 and 5 <= r.num_output_tokens <= 50 for r in wl)
+    rate = 0.4 * capacity_qps(SETTING, PREFILL_HEAVY)
+    calm_s = 0.4 * (len(wl) / rate)
+    burst_s = 0.2 * len(wl) / (4 * rate)
+    # the middle phase arrives about 4x as fast as the calm ones
+    calm, burst = _rate(wl, 0, calm_s), _rate(wl, calm_s, calm_s + burst_s)
+    assert 2.5 < burst / calm < 6.0
+
+
+def test_long_output_and_on_off_shapes() -> None:
+    long_out = suite_workload("long-output", SETTING, 0)
+    assert all(500 <= r.num_output_tokens <= 2000 for r in long_out)
+    assert sorted(r.num_prompt_tokens for r in long_out)[len(long_out) // 2] in range(70, 140)
+    on_off = suite_workload("on-off", SETTING, 0)
+    windows = [_rate(on_off, 60 * k, 60 * (k + 1)) for k in range(6)]
+    assert all(windows[k + 1] > 3 * windows[k] for k in (0, 2, 4))  # 1.5x vs 0.3x capacity
+    with pytest.raises(ValueError, match="unknown suite workload"):
+        suite_workload("nope", SETTING, 0)
+
+
+def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "suite", "--settings", "l20x2-32b", "--workloads", "low", "--seeds", "0"]
+    assert main([*args, "--with-paper-preset"]) == 0
+    out = capsys.readouterr().out
+    assert "| l20x2-32b | low |" in out and "cells passing" in out
+    assert "| nightjar-paper |" in out and "observation rule: prefill-corrected" in out
+    compare = ["simulate", "compare", "--setting", "l20x2-32b", "--workloads", "prefill-heavy"]
+    assert main([*compare, "--contenders", "nightjar"]) == 0
+    assert "| prefill-heavy |" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--workloads"):
+        main(["simulate", "suite", "--workloads", "bogus"])
