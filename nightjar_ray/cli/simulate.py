@@ -16,7 +16,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from nightjar_ray.cli.simulate_suite import add_suite_parser
+from nightjar_ray.cli.simulate_suite import add_suite_parser, parse_seeds
 from nightjar_ray.sim.calibration import (
     PAPER_TABLE1_MIB,
     PAPER_TABLE3_MS,
@@ -296,15 +296,7 @@ def _seeds(args: argparse.Namespace) -> list[int]:
     """``--seeds`` as a list (``[--seed]`` without it); bad values fail naming the flag."""
     if args.seeds is None:
         return [args.seed]
-    try:
-        seeds = [int(x) for x in args.seeds.split(",")]
-    except ValueError:
-        raise ValueError(
-            f"--seeds: expected comma-separated integers, got {args.seeds!r}"
-        ) from None
-    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ValueError(f"--seeds: expected distinct non-negative integers, got {args.seeds!r}")
-    return seeds
+    return parse_seeds(args.seeds)
 
 
 def _compare_workloads(

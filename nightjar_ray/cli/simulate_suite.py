@@ -45,6 +45,17 @@ def _names(flag: str, value: str, known: Any) -> list[str]:
     return names
 
 
+def parse_seeds(value: str) -> list[int]:
+    """``--seeds`` as a list; bad values fail naming the flag (``simulate compare`` too)."""
+    try:
+        seeds = [int(x) for x in value.split(",")]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers, got {value!r}") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise ValueError(f"--seeds: expected distinct non-negative integers, got {value!r}")
+    return seeds
+
+
 def suite_contenders(nightjar_params: dict[str, Any], with_paper: bool) -> list[Contender]:
     """nightjar, off, fixed-1..5 (the statics the best choice is taken from), paper preset."""
     keep = [
@@ -58,12 +69,7 @@ def suite_contenders(nightjar_params: dict[str, Any], with_paper: bool) -> list[
 def run(args: argparse.Namespace) -> int:
     settings = _names("--settings", args.settings, SETTINGS)
     workloads = _names("--workloads", args.workloads, SUITE)
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        raise ValueError(
-            f"--seeds: expected comma-separated integers, got {args.seeds!r}"
-        ) from None
+    seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     knob_args = {} if args.observed_time is None else {"observed_time": args.observed_time}
