@@ -54,6 +54,38 @@ class PoolingConfig(BaseModel):
     )
 
 
+class ElasticMemoryConfig(BaseModel):
+    """Elastic draft memory (paper §6; docs/memory.md). Today the engine carries the
+    compaction path (block moves and remapping under load); draft offload and the §6.1
+    triggers are not wired into the engine yet, so only the chaos cycle acts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chaos_cycle_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Testing and chaos runs: every N scheduling steps give the top "
+            "chaos_region_blocks KV blocks back (compacting the live ones below the "
+            "boundary, as a contraction does) and N steps later hand them out again. "
+            "None (default): off."
+        ),
+    )
+    chaos_region_blocks: int = Field(
+        default=8,
+        ge=1,
+        description="Blocks the chaos cycle takes away and gives back (the region).",
+    )
+    block_mover: Literal["torch", "triton"] = Field(
+        default="torch",
+        description=(
+            "How workers move KV blocks: 'torch' (gather/scatter, CPU and GPU) or "
+            "'triton' (one program per block and layer; GPU)."
+        ),
+    )
+
+
 class NightjarConfig(BaseModel):
     """Per-engine Nightjar settings (user-facing; unknown fields are errors)."""
 
@@ -119,6 +151,10 @@ class NightjarConfig(BaseModel):
     )
     pooling: PoolingConfig = Field(
         default_factory=PoolingConfig, description="Pooling across replicas (Ray Serve)."
+    )
+    elastic_memory: ElasticMemoryConfig = Field(
+        default_factory=ElasticMemoryConfig,
+        description="Elastic draft memory and KV compaction (docs/memory.md).",
     )
     metrics_interval_s: float = Field(
         default=1.0,

@@ -29,7 +29,10 @@ from typing import IO, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from nightjar_ray.engine.block_remap import MOVES_ATTR, STATS_ATTR
+from nightjar_ray.engine.compaction import CompactionCycle
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.elastic_pool import ElasticBlockPool
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.stepper import StepBatch, Stepper
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
@@ -71,6 +74,15 @@ class NightjarScheduler(Scheduler):
         self._tracks_lag = cfg.draft_sync != "stock"
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
+        self.compaction = self._build_compaction()
+
+    def _build_compaction(self) -> CompactionCycle | None:
+        cfg = self.nightjar_config.elastic_memory
+        if cfg.chaos_cycle_steps is None:
+            return None
+        pool = self.kv_cache_manager.block_pool
+        elastic = ElasticBlockPool(pool, max_num_blocks=pool.num_gpu_blocks)
+        return CompactionCycle(elastic, cfg.chaos_region_blocks, cfg.chaos_cycle_steps)
 
     def _start_serve_link(self) -> Any:
         raw = os.environ.get(SERVE_CONTEXT_ENV)
@@ -82,7 +94,12 @@ class NightjarScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
+        moves = self.compaction.before_schedule() if self.compaction is not None else {}
         out = super().schedule(*args, **kwargs)
+        if moves:
+            setattr(out, MOVES_ATTR, moves)
+        if self.compaction is not None:
+            setattr(out, STATS_ATTR, self.compaction.stats.to_json())
         self.telemetry.set_load(self.load_snapshot())
         return out
 

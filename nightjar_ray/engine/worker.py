@@ -15,8 +15,10 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
+from nightjar_ray.engine.block_remap import MOVES_ATTR, STATS_ATTR, apply_block_moves
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_sync import DraftSync
+from nightjar_ray.memory.kernels import BlockMover, build_block_mover
 
 
 class _NightjarWorkerMixin:
@@ -25,12 +27,38 @@ class _NightjarWorkerMixin:
     vllm_config: Any
     model_runner: Any
     _nightjar_sync: DraftSync | None = None
+    _block_mover: BlockMover | None = None
+    _num_moved_blocks: int = 0
+    _num_remapped_entries: int = 0
+    _scheduler_memory_stats: dict[str, Any] | None = None
 
     def _install_nightjar(self) -> None:
         if self.vllm_config.speculative_config is None:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
+        self._block_mover = build_block_mover(config.elastic_memory.block_mover)
+
+    def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Block moves of a contraction, before this step's states are updated."""
+        scheduler_output = args[0] if args else kwargs.get("scheduler_output")
+        moves = getattr(scheduler_output, MOVES_ATTR, None)
+        self._scheduler_memory_stats = getattr(
+            scheduler_output, STATS_ATTR, self._scheduler_memory_stats
+        )
+        if moves and self._block_mover is not None:
+            changed = apply_block_moves(self.model_runner, self._block_mover, moves)
+            self._num_moved_blocks += len(moves)
+            self._num_remapped_entries += changed
+
+    def nightjar_memory_stats(self) -> dict[str, Any]:
+        """Blocks this rank moved, block-table entries it rewrote, and the scheduler's
+        compaction counts as last sent with a step (JSON-able)."""
+        return {
+            "num_moved_blocks": self._num_moved_blocks,
+            "num_remapped_entries": self._num_remapped_entries,
+            "scheduler": self._scheduler_memory_stats or {},
+        }
 
     def _stamp(self, output: Any) -> Any:
         """Put this worker's cumulative catch-up work on a step output for the scheduler
@@ -61,6 +89,7 @@ class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
         return out
 
     def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        self._apply_memory_events(args, kwargs)
         return self._stamp(super().execute_model(*args, **kwargs))
 
     def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:
@@ -76,6 +105,7 @@ class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
         return out
 
     def execute_model(self, *args: Any, **kwargs: Any) -> Any:
+        self._apply_memory_events(args, kwargs)
         return self._stamp(super().execute_model(*args, **kwargs))
 
     def sample_tokens(self, *args: Any, **kwargs: Any) -> Any:

@@ -29,16 +29,19 @@ played gamma = 0, or, stricter, the planner *chose* gamma = 0 (not an exploratio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from nightjar_ray.memory.triggers import (
+    DraftResidency,
+    ElasticTriggers,
+    MemoryAction,
+    MemoryView,
+    TriggerConfig,
+)
 from nightjar_ray.sim.hardware import MemoryPlan
 from nightjar_ray.sim.kv_pool import BlockPool
 
-
-class DraftState(Enum):
-    RESIDENT = "resident"
-    OFFLOADED = "offloaded"
-    RELOADING = "reloading"
+DraftState = DraftResidency
+"""The engine's residency states (``nightjar_ray.memory.triggers``)."""
 
 
 @dataclass(frozen=True)
@@ -76,25 +79,24 @@ class ElasticMemory:
     """Drives ``pool`` capacity between N_orig and N_scale (see module docstring)."""
 
     def __init__(self, params: ElasticParams, plan: MemoryPlan, pool: BlockPool) -> None:
-        if (
-            params.tau_low_blocks < 0
-            or min(params.persist_steps, params.contract_persist_steps) < 1
-        ):
-            raise ValueError(
-                "tau_low_blocks must be >= 0, persist_steps and contract_persist_steps >= 1"
-            )
         self.params = params
         self.plan = plan
         self.pool = pool
         self.state = DraftState.RESIDENT
         self.ready_s = 0.0
-        self.scarce_steps = 0
-        self.calm_steps = 0
         self.events: list[MemoryEvent] = []
         self.num_offload_blocks = (
             plan.num_reclaim_blocks if params.reclaim_draft_kv else plan.num_draft_blocks
         )
         """Blocks an offload adds to the pool and a reload takes back."""
+        self.triggers = ElasticTriggers(
+            TriggerConfig(
+                tau_low_blocks=params.tau_low_blocks,
+                num_region_blocks=self.num_offload_blocks,
+                expand_persist_steps=params.persist_steps,
+                contract_persist_steps=params.contract_persist_steps,
+            )
+        )
 
     def draft_available(self, now_s: float) -> bool:
         """Whether a step starting at ``now_s`` may speculate."""
@@ -105,25 +107,23 @@ class ElasticMemory:
 
     def after_step(self, now_s: float, sd_disabled: bool, num_waiting: int) -> float:
         """Apply the triggers after a step; returns the stall (seconds) the engine pays."""
-        free = self.pool.num_free_blocks
-        tau = self.params.tau_low_blocks
-        if self.state is DraftState.RESIDENT:
-            scarce = sd_disabled and free < tau
-            self.scarce_steps = self.scarce_steps + 1 if scarce else 0
-            if self.scarce_steps >= self.params.persist_steps:
-                return self._expand(now_s)
-        elif self.state is DraftState.OFFLOADED:
-            n_draft = self.num_offload_blocks
-            calm = num_waiting == 0 and free > n_draft + tau and self.pool.can_contract(n_draft)
-            self.calm_steps = self.calm_steps + 1 if calm else 0
-            if self.calm_steps >= self.params.contract_persist_steps:
-                return self._contract(now_s)
+        view = MemoryView(
+            residency=self.state,
+            sd_disabled=sd_disabled,
+            num_free_blocks=self.pool.num_free_blocks,
+            num_waiting_reqs=num_waiting,
+            can_contract=self.pool.can_contract(self.num_offload_blocks),
+        )
+        action = self.triggers.step(view)
+        if action is MemoryAction.EXPAND:
+            return self._expand(now_s)
+        if action is MemoryAction.CONTRACT:
+            return self._contract(now_s)
         return 0.0
 
     def _expand(self, now_s: float) -> float:
         self.pool.expand(self.num_offload_blocks)
         self.state = DraftState.OFFLOADED
-        self.scarce_steps = 0
         self.events.append(MemoryEvent(now_s, "expand", self.num_offload_blocks))
         return self.params.expand_stall_s
 
@@ -131,7 +131,6 @@ class ElasticMemory:
         migrated = self.pool.contract(self.num_offload_blocks)
         stall = self.params.contract_fixed_s + migrated * self.params.migrate_s_per_block
         self.state = DraftState.RELOADING
-        self.calm_steps = 0
         self.ready_s = now_s + stall + self.params.reload_s
         self.events.append(MemoryEvent(now_s, "contract", self.num_offload_blocks, migrated))
         return stall

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import heapq
 
+from nightjar_ray.memory.migration import plan_migration
+
 
 class BlockPool:
     """Block allocator; requests own lists of block ids (their block tables)."""
@@ -75,16 +77,15 @@ class BlockPool:
         assert self.can_contract(num_blocks), "contract() without can_contract()"
         boundary = self.num_blocks - num_blocks
         low_free = sorted(b for b in self._free if b < boundary)
-        migrated = 0
+        live = (b for table in self.tables.values() for b in table)
+        plan = plan_migration(live, low_free, boundary)
+        assert plan is not None, "can_contract() admitted an unplannable contraction"
         for table in self.tables.values():
-            for i, block in enumerate(table):
-                if block >= boundary:
-                    table[i] = low_free[migrated]
-                    migrated += 1
-        self._free = low_free[migrated:]
+            table[:] = [plan.get(b, b) for b in table]
+        self._free = low_free[len(plan) :]
         heapq.heapify(self._free)
         self.num_blocks = boundary
-        return migrated
+        return len(plan)
 
     def check(self) -> None:
         """Assert the accounting invariant (tests and debug runs)."""

@@ -92,3 +92,14 @@ def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:
         NightjarConfig(policy_snapshot=str(path))
     with pytest.raises(ValueError, match="policy_snapshot"):
         NightjarConfig(policy_snapshot=str(tmp_path / "missing.json"))
+
+
+def test_elastic_memory_fields_are_validated_and_named() -> None:
+    cfg = NightjarConfig(elastic_memory={"chaos_cycle_steps": 4, "chaos_region_blocks": 3})
+    assert cfg.elastic_memory.chaos_cycle_steps == 4
+    assert NightjarConfig().elastic_memory.chaos_cycle_steps is None  # off by default
+    for bad in ({"chaos_cycle_steps": 0}, {"chaos_region_blocks": 0}, {"block_mover": "cuda"}):
+        with pytest.raises(ValueError, match="elastic_memory"):
+            NightjarConfig(elastic_memory=bad)
+    with pytest.raises(ValueError, match="extra"):
+        NightjarConfig(elastic_memory={"tau_low": 3})

@@ -1,0 +1,73 @@
+"""Worker side of a contraction: move KV pages and remap every persistent block table.
+
+The scheduler sends the moves ``{src: dst}`` of a contraction on the step's
+``SchedulerOutput`` (attribute ``nightjar_block_moves``). Before that step's forward
+pass, every rank (the same code under the mp and the Ray executor) does::
+
+    1. copy each layer's page src -> dst      (kernels.BLOCK_MOVERS, one call)
+    2. rewrite ids in the persistent batch     (InputBatch.block_table, numpy rows)
+       and in every cached request's block_ids (rows rebuilt from them later)
+
+NOTE: the scheduler already uses the new ids in this step's ``new_block_ids``; step 2
+must run before vLLM's ``_update_states`` appends them, i.e. first in ``execute_model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from nightjar_ray.memory.kernels import BlockMover, PageLayout
+
+MOVES_ATTR = "nightjar_block_moves"
+STATS_ATTR = "nightjar_compaction_stats"
+"""The scheduler's cumulative compaction counts, carried to the workers with each step
+(so tests and tools read both sides with one ``collective_rpc``)."""
+
+
+def kv_buffer_layout(kv_caches: list[torch.Tensor]) -> tuple[torch.Tensor, PageLayout]:
+    """The flat int8 buffer behind a runner's per-layer KV views, and each view's pages.
+
+    vLLM allocates one buffer and views it per layer, blocks outermost within a layer
+    (``[num_blocks, ...]``), so block ``b`` of layer ``l`` is the ``b``-th stride-0 slice.
+    """
+    if not kv_caches:
+        raise ValueError("no KV cache tensors")
+    storage = kv_caches[0].untyped_storage()
+    if any(kv.untyped_storage().data_ptr() != storage.data_ptr() for kv in kv_caches):
+        raise ValueError("KV layers do not share one buffer")
+    buffer = torch.empty(0, dtype=torch.int8, device=kv_caches[0].device).set_(storage)
+    offsets = tuple(kv.storage_offset() * kv.element_size() for kv in kv_caches)
+    pages = tuple(kv.stride(0) * kv.element_size() for kv in kv_caches)
+    return buffer, PageLayout(offsets, pages)
+
+
+def remap_block_tables(model_runner: Any, moves: Mapping[int, int]) -> int:
+    """Rewrite ``src`` ids as ``dst`` in the persistent batch and the cached request
+    states; returns how many table entries changed."""
+    if not moves:
+        return 0
+    lut = np.arange(max(*moves, *moves.values()) + 1, dtype=np.int64)
+    lut[list(moves)] = list(moves.values())
+    changed = 0
+    for table in model_runner.input_batch.block_table.block_tables:
+        rows = table.block_table.np
+        inside = rows < len(lut)
+        remapped = np.where(inside, lut[np.where(inside, rows, 0)], rows)
+        changed += int(np.count_nonzero(remapped != rows))
+        rows[...] = remapped
+    for state in model_runner.requests.values():
+        state.block_ids = tuple([moves.get(b, b) for b in group] for group in state.block_ids)
+    return changed
+
+
+def apply_block_moves(model_runner: Any, mover: BlockMover, moves: Mapping[int, int]) -> int:
+    """Steps 1 and 2 of the module docstring on this rank; returns changed table entries."""
+    if not moves:
+        return 0
+    buffer, layout = kv_buffer_layout(list(model_runner.kv_caches))
+    mover(layout, buffer, moves)
+    return remap_block_tables(model_runner, moves)

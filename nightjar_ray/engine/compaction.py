@@ -1,0 +1,110 @@
+"""Scheduler side of KV compaction: forced contract/expand cycles under load.
+
+:class:`CompactionCycle` drives :class:`ElasticBlockPool` at step boundaries: every
+``cycle_steps`` steps it gives the top ``region_blocks`` ids back (moving live blocks
+below the boundary; refused and retried next step when they do not fit) and
+``cycle_steps`` steps later hands them out again. It is the contraction path of elastic
+memory exercised on purpose (``ElasticMemoryConfig.chaos_cycle_steps``): tests check that
+greedy outputs do not change and that no block is lost, and chaos runs do the same under
+real traffic.
+
+Every event is logged with its duration and counted (:class:`CompactionStats`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from nightjar_ray.engine.elastic_pool import ElasticBlockPool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CompactionStats:
+    """Cumulative counts of one engine's compaction events (JSON-able)."""
+
+    num_contractions: int = 0
+    num_expansions: int = 0
+    num_refused: int = 0
+    """Contractions refused because the region's live blocks did not fit below it."""
+    num_moved_blocks: int = 0
+    contract_s: float = 0.0
+    expand_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CompactionCycle:
+    """Contract and re-expand the top ``region_blocks`` ids every ``cycle_steps`` steps."""
+
+    def __init__(
+        self,
+        pool: ElasticBlockPool,
+        region_blocks: int,
+        cycle_steps: int,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if not 1 <= region_blocks < pool.num_blocks - 1:
+            raise ValueError(
+                f"chaos_region_blocks={region_blocks} must leave at least one usable block "
+                f"of the pool's {pool.num_blocks - 1}"
+            )
+        self.pool = pool
+        self.region_blocks = region_blocks
+        self.cycle_steps = cycle_steps
+        self.clock = clock
+        self.stats = CompactionStats()
+        self.contracted = False
+        self._steps_since_event = 0
+
+    def before_schedule(self) -> dict[int, int]:
+        """Run at the start of ``schedule()``; returns the block moves workers must apply
+        before this step's forward pass (empty when nothing moved)."""
+        self._steps_since_event += 1
+        if self._steps_since_event < self.cycle_steps:
+            return {}
+        if self.contracted:
+            self._expand()
+            return {}
+        return self._contract()
+
+    def _expand(self) -> None:
+        start = self.clock()
+        assert self.pool.can_expand(self.region_blocks)
+        self.pool.expand(self.region_blocks)
+        self._done("expand", start)
+        self.stats.num_expansions += 1
+        self.stats.expand_s += self.clock() - start
+        self.contracted = False
+
+    def _contract(self) -> dict[int, int]:
+        start = self.clock()
+        moves = self.pool.plan_contract(self.region_blocks)
+        if moves is None:
+            self.stats.num_refused += 1
+            return {}
+        self.pool.contract(self.region_blocks, moves)
+        self._done("contract", start, len(moves))
+        self.stats.num_contractions += 1
+        self.stats.num_moved_blocks += len(moves)
+        self.stats.contract_s += self.clock() - start
+        self.contracted = True
+        return moves
+
+    def _done(self, kind: str, start_s: float, num_moved: int = 0) -> None:
+        self.pool.check()
+        self._steps_since_event = 0
+        logger.info(
+            "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
+            kind,
+            self.region_blocks,
+            num_moved,
+            (self.clock() - start_s) * 1e3,
+            self.pool.num_blocks,
+        )

@@ -1,0 +1,68 @@
+"""§6.1 triggers: persistence, hysteresis, and what each residency state allows."""
+
+import pytest
+
+from nightjar_ray.memory import (
+    DraftResidency,
+    ElasticTriggers,
+    MemoryAction,
+    MemoryView,
+    TriggerConfig,
+    plan_migration,
+)
+
+RES, OFF, RELOAD = DraftResidency.RESIDENT, DraftResidency.OFFLOADED, DraftResidency.RELOADING
+
+
+def _view(residency: DraftResidency, free: int, *, sd_off: bool = True, waiting: int = 0,
+          can_contract: bool = True) -> MemoryView:  # fmt: skip
+    return MemoryView(residency, sd_off, free, waiting, can_contract)
+
+
+def test_expansion_needs_scarcity_with_sd_off_for_t_persist_steps() -> None:
+    triggers = ElasticTriggers(TriggerConfig(10, 30, expand_persist_steps=3))
+    assert triggers.step(_view(RES, 5)) is None
+    assert triggers.step(_view(RES, 5)) is None
+    assert triggers.step(_view(RES, 5)) is MemoryAction.EXPAND
+    # a calm step or speculation on resets the count
+    for interrupt in (_view(RES, 10), _view(RES, 5, sd_off=False)):
+        triggers.step(_view(RES, 5))
+        triggers.step(_view(RES, 5))
+        assert triggers.step(interrupt) is None
+        assert triggers.step(_view(RES, 5)) is None
+
+
+def test_contraction_needs_empty_queue_and_room_for_the_region_plus_tau() -> None:
+    triggers = ElasticTriggers(TriggerConfig(10, 30, contract_persist_steps=2))
+    assert triggers.step(_view(OFF, 40)) is None  # not > 30 + 10: hysteresis
+    assert triggers.step(_view(OFF, 41)) is None
+    assert triggers.step(_view(OFF, 41)) is MemoryAction.CONTRACT
+    assert triggers.step(_view(OFF, 41, waiting=1)) is None
+    assert triggers.step(_view(OFF, 41)) is None
+    assert triggers.step(_view(OFF, 41, can_contract=False)) is None
+    assert triggers.step(_view(OFF, 41)) is None
+    assert triggers.step(_view(OFF, 41)) is MemoryAction.CONTRACT
+
+
+def test_no_decision_while_reloading_and_no_contraction_while_resident() -> None:
+    triggers = ElasticTriggers(TriggerConfig(10, 30, 1, 1))
+    assert triggers.step(_view(RELOAD, 0)) is None
+    assert triggers.step(_view(RELOAD, 1000)) is None
+    assert triggers.step(_view(RES, 1000)) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"tau_low_blocks": -1}, {"num_region_blocks": -1}, {"expand_persist_steps": 0}]
+)
+def test_bad_thresholds_are_errors(kwargs: dict[str, int]) -> None:
+    base = {"tau_low_blocks": 1, "num_region_blocks": 1}
+    with pytest.raises(ValueError):
+        TriggerConfig(**{**base, **kwargs})
+
+
+def test_migration_plan_is_one_to_one_or_none() -> None:
+    assert plan_migration([3, 9, 12, 9, 15], [1, 2, 4, 11], 10) == {12: 1, 15: 2}
+    assert plan_migration([12, 13, 14], [1, 2], 10) is None
+    assert plan_migration([1, 2], [], 10) == {}
+    with pytest.raises(ValueError):
+        plan_migration([], [], -1)
