@@ -61,11 +61,19 @@ class CompactionCycle:
         self.clock = clock
         self.stats = CompactionStats()
         self.contracted = False
+        self.contracted_now = False
         self._steps_since_event = 0
+
+    @property
+    def released_range(self) -> tuple[int, int]:
+        """The ids the last contraction gave back (``[boundary, old size)``)."""
+        return self.pool.num_blocks, self.pool.num_blocks + self.region_blocks
 
     def before_schedule(self) -> dict[int, int]:
         """Run at the start of ``schedule()``; returns the block moves workers must apply
-        before this step's forward pass (empty when nothing moved)."""
+        before this step's forward pass (empty when nothing moved; a contraction that
+        moved nothing still sets ``contracted_now``)."""
+        self.contracted_now = False
         self._steps_since_event += 1
         if self._steps_since_event < self.cycle_steps:
             return {}
@@ -95,6 +103,7 @@ class CompactionCycle:
         self.stats.num_moved_blocks += len(moves)
         self.stats.contract_s += self.clock() - start
         self.contracted = True
+        self.contracted_now = True
         return moves
 
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> None:

@@ -29,7 +29,7 @@ from typing import IO, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from nightjar_ray.engine.block_remap import MOVES_ATTR, STATS_ATTR
+from nightjar_ray.engine.block_remap import MOVES_ATTR, RELEASE_ATTR, STATS_ATTR
 from nightjar_ray.engine.compaction import CompactionCycle
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
@@ -100,6 +100,8 @@ class NightjarScheduler(Scheduler):
             setattr(out, MOVES_ATTR, moves)
         if self.compaction is not None:
             setattr(out, STATS_ATTR, self.compaction.stats.to_json())
+            if self.compaction.contracted_now:
+                setattr(out, RELEASE_ATTR, self.compaction.released_range)
         self.telemetry.set_load(self.load_snapshot())
         return out
 

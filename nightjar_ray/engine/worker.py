@@ -15,9 +15,16 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
-from nightjar_ray.engine.block_remap import MOVES_ATTR, STATS_ATTR, apply_block_moves
+from nightjar_ray.engine.block_remap import (
+    MOVES_ATTR,
+    RELEASE_ATTR,
+    STATS_ATTR,
+    apply_block_moves,
+)
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_sync import DraftSync
+from nightjar_ray.engine.kv_rebind import rebind_kv_to_arena, release_region
+from nightjar_ray.memory.arena import KVArena
 from nightjar_ray.memory.kernels import BlockMover, build_block_mover
 
 
@@ -31,6 +38,9 @@ class _NightjarWorkerMixin:
     _num_moved_blocks: int = 0
     _num_remapped_entries: int = 0
     _scheduler_memory_stats: dict[str, Any] | None = None
+    _arena: KVArena | None = None
+    _stock_kv_bytes: int = 0
+    _num_released_bytes: int = 0
 
     def _install_nightjar(self) -> None:
         if self.vllm_config.speculative_config is None:
@@ -38,6 +48,9 @@ class _NightjarWorkerMixin:
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
         self._block_mover = build_block_mover(config.elastic_memory.block_mover)
+        if config.elastic_memory.chaos_cycle_steps is not None:
+            self._stock_kv_bytes = sum(kv.nbytes for kv in self.model_runner.kv_caches)
+            self._arena = rebind_kv_to_arena(self.model_runner)
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Block moves of a contraction, before this step's states are updated."""
@@ -50,6 +63,9 @@ class _NightjarWorkerMixin:
             changed = apply_block_moves(self.model_runner, self._block_mover, moves)
             self._num_moved_blocks += len(moves)
             self._num_remapped_entries += changed
+        released = getattr(scheduler_output, RELEASE_ATTR, None)
+        if released is not None and self._arena is not None:
+            self._num_released_bytes += release_region(self._arena, *released)
 
     def nightjar_memory_stats(self) -> dict[str, Any]:
         """Blocks this rank moved, block-table entries it rewrote, and the scheduler's
@@ -58,6 +74,9 @@ class _NightjarWorkerMixin:
             "num_moved_blocks": self._num_moved_blocks,
             "num_remapped_entries": self._num_remapped_entries,
             "scheduler": self._scheduler_memory_stats or {},
+            "stock_kv_bytes": self._stock_kv_bytes,
+            "arena_resident_bytes": self._arena.resident_bytes() if self._arena else 0,
+            "num_released_bytes": self._num_released_bytes,
         }
 
     def _stamp(self, output: Any) -> Any:
