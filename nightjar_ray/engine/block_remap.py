@@ -25,6 +25,8 @@ from nightjar_ray.memory.kernels import BlockMover, PageLayout
 MOVES_ATTR = "nightjar_block_moves"
 RELEASE_ATTR = "nightjar_release_blocks"
 """``(start, end)``: block ids the pool gave back this step; workers release their pages."""
+DRAFT_ATTR = "nightjar_draft_command"
+"""``"offload"`` or ``"reload"`` (``engine/draft_cycle.py``), applied before the forward."""
 STATS_ATTR = "nightjar_compaction_stats"
 """The scheduler's cumulative compaction counts, carried to the workers with each step
 (so tests and tools read both sides with one ``collective_rpc``)."""

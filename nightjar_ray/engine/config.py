@@ -56,8 +56,9 @@ class PoolingConfig(BaseModel):
 
 class ElasticMemoryConfig(BaseModel):
     """Elastic draft memory (paper §6; docs/memory.md). Today the engine carries the
-    compaction path (block moves and remapping under load); draft offload and the §6.1
-    triggers are not wired into the engine yet, so only the chaos cycle acts."""
+    compaction path (block moves, remapping and page release under load) and the draft's
+    offload and reload; the §6.1 triggers are not wired into the engine yet, so only the
+    chaos cycles act."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,6 +71,17 @@ class ElasticMemoryConfig(BaseModel):
             "chaos_region_blocks KV blocks back (compacting the live ones below the "
             "boundary, as a contraction does) and N steps later hand them out again. "
             "None (default): off."
+        ),
+    )
+    chaos_offload_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Testing and chaos runs: every N scheduling steps offload the draft's weights "
+            "(and release its KV pages), N steps later reload them; speculation is off "
+            "while the draft is away and the draft KV is rebuilt by the catch-up. "
+            "Needs draft_sync='catch-up'. None (default): off."
         ),
     )
     chaos_region_blocks: int = Field(
@@ -166,6 +178,11 @@ class NightjarConfig(BaseModel):
     @model_validator(mode="after")
     def _check_policy(self) -> NightjarConfig:
         self.policy_config()
+        if self.elastic_memory.chaos_offload_steps is not None and self.draft_sync != "catch-up":
+            raise ValueError(
+                "elastic_memory.chaos_offload_steps needs draft_sync='catch-up' "
+                f"(got {self.draft_sync!r}): the draft KV is rebuilt by the catch-up"
+            )
         if self.switch_cost_profile is not None:
             try:
                 load_switch_cost(self.switch_cost_profile, 0.0)

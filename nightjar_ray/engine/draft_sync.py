@@ -103,6 +103,10 @@ class DraftSync:
         if isinstance(model, torch.nn.Module):
             model.register_forward_pre_hook(self._count_forward)
 
+    def invalidate_draft_kv(self) -> None:
+        """Every request's draft KV must be rebuilt (after a draft reload)."""
+        self._lag.invalidate_all()
+
     def reset_stats(self) -> None:
         self.stats = DraftSyncStats()
 

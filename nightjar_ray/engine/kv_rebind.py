@@ -30,9 +30,16 @@ def _check_layout(kv_caches: list[torch.Tensor]) -> int:
     return num_blocks
 
 
-def rebind_kv_to_arena(model_runner: Any, num_slot_blocks: int | None = None) -> KVArena:
+DRAFT_LAYER_PREFIX = "draft_model."
+"""vLLM registers the draft model's attention layers under this prefix."""
+
+
+def rebind_kv_to_arena(
+    model_runner: Any, num_slot_blocks: int | None = None
+) -> tuple[KVArena, list[int]]:
     """Re-create the runner's KV views over a new arena (``num_slot_blocks`` per layer,
-    default: the current pool) and bind them; returns the arena."""
+    default: the current pool) and bind them; returns the arena and the arena positions
+    of the draft's layers."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     num_blocks = _check_layout(kv_caches)
     slots = num_blocks if num_slot_blocks is None else num_slot_blocks
@@ -41,14 +48,17 @@ def rebind_kv_to_arena(model_runner: Any, num_slot_blocks: int | None = None) ->
     order = sorted(range(len(kv_caches)), key=lambda i: kv_caches[i].storage_offset())
     arena = KVArena([kv_caches[i][0].nbytes for i in order], slots)
     context = model_runner.compilation_config.static_forward_context
+    draft_positions = []
     for position, index in enumerate(order):
         old = kv_caches[index]
         view = arena.layer_pages(position).view(old.dtype).view(slots, *old.shape[1:])
-        for layer in context.values():
+        for name, layer in context.items():
             if getattr(layer, "kv_cache", None) is old:
                 layer.bind_kv_cache(view)
+                if name.startswith(DRAFT_LAYER_PREFIX):
+                    draft_positions.append(position)
         model_runner.kv_caches[index] = view
-    return arena
+    return arena, sorted(set(draft_positions))
 
 
 def release_region(arena: KVArena, start_block: int, end_block: int) -> int:

@@ -105,6 +105,12 @@ class DraftLagTracker:
             for req_id, start in starts.items():
                 self._stale_from.setdefault(req_id, start)
 
+    def invalidate_all(self) -> None:
+        """The draft's KV cache is gone (elastic memory released it): every known
+        request is stale from position 0, so the catch-up rebuilds it whole."""
+        for req_id in self._known:
+            self._stale_from[req_id] = 0
+
     @property
     def num_stale(self) -> int:
         return len(self._stale_from)

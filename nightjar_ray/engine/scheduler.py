@@ -29,9 +29,10 @@ from typing import IO, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from nightjar_ray.engine.block_remap import MOVES_ATTR, RELEASE_ATTR, STATS_ATTR
+from nightjar_ray.engine.block_remap import DRAFT_ATTR, MOVES_ATTR, RELEASE_ATTR, STATS_ATTR
 from nightjar_ray.engine.compaction import CompactionCycle
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.draft_cycle import DraftCycle
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.stepper import StepBatch, Stepper
@@ -75,6 +76,8 @@ class NightjarScheduler(Scheduler):
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
         self.compaction = self._build_compaction()
+        steps = cfg.elastic_memory.chaos_offload_steps
+        self.draft_cycle = DraftCycle(steps) if steps and self.num_spec_tokens > 0 else None
 
     def _build_compaction(self) -> CompactionCycle | None:
         cfg = self.nightjar_config.elastic_memory
@@ -95,15 +98,29 @@ class NightjarScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
         moves = self.compaction.before_schedule() if self.compaction is not None else {}
+        command = self.draft_cycle.before_schedule() if self.draft_cycle is not None else None
+        if command == "reload":
+            self.draft_lag.invalidate_all()  # the workers do the same with this step
         out = super().schedule(*args, **kwargs)
+        self.telemetry.set_load(self.load_snapshot())
+        self._attach_memory_events(out, moves, command)
+        return out
+
+    def _attach_memory_events(self, out: Any, moves: dict[int, int], command: str | None) -> None:
+        """What the workers apply before this step's forward pass (``worker.py``)."""
         if moves:
             setattr(out, MOVES_ATTR, moves)
+        if command is not None:
+            setattr(out, DRAFT_ATTR, command)
+        stats: dict[str, Any] = {}
         if self.compaction is not None:
-            setattr(out, STATS_ATTR, self.compaction.stats.to_json())
+            stats.update(self.compaction.stats.to_json())
             if self.compaction.contracted_now:
                 setattr(out, RELEASE_ATTR, self.compaction.released_range)
-        self.telemetry.set_load(self.load_snapshot())
-        return out
+        if self.draft_cycle is not None:
+            stats.update(self.draft_cycle.stats.to_json())
+        if stats:
+            setattr(out, STATS_ATTR, stats)
 
     def load_snapshot(self) -> LoadSnapshot:
         """Queue depth and KV blocks now (block 0 is vLLM's null block, never handed out)."""
@@ -127,7 +144,8 @@ class NightjarScheduler(Scheduler):
             starts, out.finished_req_ids, out.scheduled_cached_reqs.resumed_req_ids
         )
         batch = self._step_batch(out, starts)
-        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s)
+        away = self.draft_cycle is not None and not self.draft_cycle.resident
+        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s, draft_away=away)
         out.num_spec_tokens_to_schedule = gamma
         if self._tracks_lag:
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)

@@ -97,6 +97,8 @@ class StepDecision:
     num_accepted_tokens: int = 0
     duration_s: float = 0.0
     observed: bool = False
+    draft_away: bool = False
+    """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
 
     @property
     def carries_prefill(self) -> bool:
@@ -143,11 +145,13 @@ class Stepper:
             return batch.num_scheduled_reqs
         return batch.num_decode_reqs or batch.num_sampling_reqs
 
-    def on_schedule(self, batch: StepBatch, start_s: float) -> int:
-        """Gamma for the step just scheduled (``start_s``: when schedule() began)."""
+    def on_schedule(self, batch: StepBatch, start_s: float, draft_away: bool = False) -> int:
+        """Gamma for the step just scheduled (``start_s``: when schedule() began). With
+        ``draft_away`` (elastic memory offloaded it) gamma is 0, the policy is neither
+        asked nor taught (the step's outcome says nothing about its choice)."""
         num_reqs = self.batch_size(batch)
-        consulted = num_reqs > 0
-        gamma = self._prev_gamma
+        consulted = num_reqs > 0 and not draft_away
+        gamma = 0 if draft_away else self._prev_gamma
         explored = False
         if consulted:
             with self.policy_lock:
@@ -166,6 +170,7 @@ class Stepper:
             verified_gamma=self._prev_gamma,
             consulted=consulted,
             start_s=start_s,
+            draft_away=draft_away,
         )
         self._pending.append(decision)
         self._step += 1
@@ -182,16 +187,20 @@ class Stepper:
         duration = end_s - max(self._last_end_s, decision.start_s)
         self._last_end_s = end_s
         num_accepted = min(num_accepted_tokens, num_draft_tokens)
-        result = self.observation.observe(
-            StepSample(
-                decision.num_reqs if decision.num_decode_reqs > 0 else 0,
-                decision.verified_gamma,
-                decision.gamma,
-                num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs),
-                duration,
-                decision.num_prefill_tokens,
-                num_draft_tokens,
-                num_accepted,
+        result = (
+            None
+            if decision.draft_away
+            else self.observation.observe(
+                StepSample(
+                    decision.num_reqs if decision.num_decode_reqs > 0 else 0,
+                    decision.verified_gamma,
+                    decision.gamma,
+                    num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs),
+                    duration,
+                    decision.num_prefill_tokens,
+                    num_draft_tokens,
+                    num_accepted,
+                )
             )
         )
         done = StepDecision(

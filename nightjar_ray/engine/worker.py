@@ -16,12 +16,14 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
 from nightjar_ray.engine.block_remap import (
+    DRAFT_ATTR,
     MOVES_ATTR,
     RELEASE_ATTR,
     STATS_ATTR,
     apply_block_moves,
 )
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import rebind_kv_to_arena, release_region
 from nightjar_ray.memory.arena import KVArena
@@ -39,6 +41,8 @@ class _NightjarWorkerMixin:
     _num_remapped_entries: int = 0
     _scheduler_memory_stats: dict[str, Any] | None = None
     _arena: KVArena | None = None
+    _draft_positions: list[int] = []  # noqa: RUF012 (replaced per instance)
+    _offloader: DraftOffloader | None = None
     _stock_kv_bytes: int = 0
     _num_released_bytes: int = 0
 
@@ -48,9 +52,13 @@ class _NightjarWorkerMixin:
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
         self._block_mover = build_block_mover(config.elastic_memory.block_mover)
-        if config.elastic_memory.chaos_cycle_steps is not None:
+        elastic = config.elastic_memory
+        if elastic.chaos_cycle_steps is not None or elastic.chaos_offload_steps is not None:
             self._stock_kv_bytes = sum(kv.nbytes for kv in self.model_runner.kv_caches)
-            self._arena = rebind_kv_to_arena(self.model_runner)
+            self._arena, self._draft_positions = rebind_kv_to_arena(self.model_runner)
+        drafter: Any = getattr(self.model_runner, "drafter", None)
+        if elastic.chaos_offload_steps is not None and hasattr(drafter, "model"):
+            self._offloader = DraftOffloader(drafter.model, self.model_runner.model)
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Block moves of a contraction, before this step's states are updated."""
@@ -66,6 +74,24 @@ class _NightjarWorkerMixin:
         released = getattr(scheduler_output, RELEASE_ATTR, None)
         if released is not None and self._arena is not None:
             self._num_released_bytes += release_region(self._arena, *released)
+        self._apply_draft_command(getattr(scheduler_output, DRAFT_ATTR, None))
+
+    def _apply_draft_command(self, command: str | None) -> None:
+        """Offload: weights to the host store, the draft's KV pages to the OS.
+        Reload: weights back; every request's draft KV is rebuilt by the catch-up."""
+        if command is None or self._offloader is None:
+            return
+        if command == "offload":
+            self._offloader.offload()
+            if self._arena is not None:
+                slots = self._arena.num_slot_blocks
+                self._num_released_bytes += self._arena.release_blocks(
+                    self._draft_positions, 0, slots
+                )
+        else:
+            self._offloader.reload()
+            assert self._nightjar_sync is not None
+            self._nightjar_sync.invalidate_draft_kv()
 
     def nightjar_memory_stats(self) -> dict[str, Any]:
         """Blocks this rank moved, block-table entries it rewrote, and the scheduler's
@@ -77,6 +103,7 @@ class _NightjarWorkerMixin:
             "stock_kv_bytes": self._stock_kv_bytes,
             "arena_resident_bytes": self._arena.resident_bytes() if self._arena else 0,
             "num_released_bytes": self._num_released_bytes,
+            "draft": self._offloader.stats.to_json() if self._offloader else {},
         }
 
     def _stamp(self, output: Any) -> Any:

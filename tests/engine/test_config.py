@@ -103,3 +103,9 @@ def test_elastic_memory_fields_are_validated_and_named() -> None:
             NightjarConfig(elastic_memory=bad)
     with pytest.raises(ValueError, match="extra"):
         NightjarConfig(elastic_memory={"tau_low": 3})
+
+
+def test_draft_offload_chaos_needs_the_catch_up() -> None:
+    NightjarConfig(elastic_memory={"chaos_offload_steps": 3})
+    with pytest.raises(ValueError, match="chaos_offload_steps needs draft_sync='catch-up'"):
+        NightjarConfig(draft_sync="stock", elastic_memory={"chaos_offload_steps": 3})

@@ -99,3 +99,14 @@ def test_compaction_region_must_leave_a_usable_block() -> None:
 
     with pytest.raises(ValueError, match="chaos_region_blocks"):
         CompactionCycle(_pool(12, 12), region_blocks=11, cycle_steps=1)
+
+
+def test_draft_cycle_alternates_offload_and_reload() -> None:
+    from nightjar_ray.engine.draft_cycle import DraftCycle
+
+    cycle = DraftCycle(2)
+    commands = [cycle.before_schedule() for _ in range(8)]
+    assert commands == [None, "offload", None, "reload", None, "offload", None, "reload"]
+    assert cycle.resident and cycle.stats.num_offload_commands == 2
+    with pytest.raises(ValueError):
+        DraftCycle(0)

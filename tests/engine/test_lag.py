@@ -42,3 +42,13 @@ def test_resumed_request_is_treated_as_new() -> None:
     lag.end_step({"a": 0}, draft_ran=False)
     lag.begin_step({"a": 16}, resumed_req_ids=["a"])  # recomputed after preemption
     assert lag.spans({"a": 16}) == [CatchUpSpan("a", 0, 16)]
+
+
+def test_invalidate_all_makes_every_known_request_stale_from_zero() -> None:
+    lag = DraftLagTracker()
+    lag.begin_step({"a": 0, "b": 0})
+    lag.end_step({"a": 0, "b": 0}, draft_ran=True)
+    lag.invalidate_all()  # the draft's KV pages were released
+    assert lag.spans({"a": 9, "b": 4}) == [CatchUpSpan("a", 0, 9), CatchUpSpan("b", 0, 4)]
+    lag.begin_step({"c": 0})  # a request that arrives later starts in sync
+    assert lag.lag_tokens("c", 0) == 0

@@ -172,3 +172,18 @@ def test_nightjar_reports_exploration_decisions() -> None:
     modes = stepper.telemetry.read().decisions_by_mode
     assert modes["explore"] > 0 and modes["exploit"] > 0
     assert modes["explore"] + modes["exploit"] == 300
+
+
+def test_draft_away_steps_play_zero_and_neither_ask_nor_teach_the_policy() -> None:
+    policy = Recorder(build_policy("fixed", {"gamma": 3, "gamma_max": 3}, rng=random.Random(0)))
+    clock = FakeClock()
+    stepper = Stepper(policy, gamma_cap=3, clock=clock, observation_rule="step")  # type: ignore[arg-type]
+    batch = StepBatch(4, 4, 4, 0)
+    for away in (True, True, False, False):
+        gamma = stepper.on_schedule(batch, clock.now, draft_away=away)
+        assert gamma == (0 if away else 3)
+        clock.now += 0.01
+        done = stepper.on_output(4, 0, 0)
+        assert done.draft_away is away and not (away and (done.consulted or done.observed))
+    assert len(policy.chosen) == 2
+    assert all(r.gamma == 3 for r in policy.observed)
