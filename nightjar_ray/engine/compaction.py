@@ -86,9 +86,8 @@ class CompactionCycle:
         start = self.clock()
         assert self.pool.can_expand(self.region_blocks)
         self.pool.expand(self.region_blocks)
-        self._done("expand", start)
+        self.stats.expand_s += self._done("expand", start)
         self.stats.num_expansions += 1
-        self.stats.expand_s += self.clock() - start
         self.contracted = False
 
     def _contract(self) -> dict[int, int]:
@@ -98,15 +97,16 @@ class CompactionCycle:
             self.stats.num_refused += 1
             return {}
         self.pool.contract(self.region_blocks, moves)
-        self._done("contract", start, len(moves))
+        self.stats.contract_s += self._done("contract", start, len(moves))
         self.stats.num_contractions += 1
         self.stats.num_moved_blocks += len(moves)
-        self.stats.contract_s += self.clock() - start
         self.contracted = True
         self.contracted_now = True
         return moves
 
-    def _done(self, kind: str, start_s: float, num_moved: int = 0) -> None:
+    def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
+        """Check the pool, log the event; returns its duration (seconds, check excluded)."""
+        duration_s = self.clock() - start_s
         self.pool.check()
         self._steps_since_event = 0
         logger.info(
@@ -114,6 +114,7 @@ class CompactionCycle:
             kind,
             self.region_blocks,
             num_moved,
-            (self.clock() - start_s) * 1e3,
+            duration_s * 1e3,
             self.pool.num_blocks,
         )
+        return duration_s

@@ -36,7 +36,7 @@ DRAFT_LAYER_PREFIX = "draft_model."
 
 def rebind_kv_to_arena(
     model_runner: Any, num_slot_blocks: int | None = None
-) -> tuple[KVArena, list[int]]:
+) -> tuple[KVArena, tuple[int, ...]]:
     """Re-create the runner's KV views over a new arena (``num_slot_blocks`` per layer,
     default: the current pool) and bind them; returns the arena and the arena positions
     of the draft's layers."""
@@ -58,7 +58,7 @@ def rebind_kv_to_arena(
                 if name.startswith(DRAFT_LAYER_PREFIX):
                     draft_positions.append(position)
         model_runner.kv_caches[index] = view
-    return arena, sorted(set(draft_positions))
+    return arena, tuple(sorted(set(draft_positions)))
 
 
 def release_region(arena: KVArena, start_block: int, end_block: int) -> int:

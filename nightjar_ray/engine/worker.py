@@ -41,7 +41,7 @@ class _NightjarWorkerMixin:
     _num_remapped_entries: int = 0
     _scheduler_memory_stats: dict[str, Any] | None = None
     _arena: KVArena | None = None
-    _draft_positions: list[int] = []  # noqa: RUF012 (replaced per instance)
+    _draft_positions: tuple[int, ...] = ()
     _offloader: DraftOffloader | None = None
     _stock_kv_bytes: int = 0
     _num_released_bytes: int = 0
@@ -51,8 +51,8 @@ class _NightjarWorkerMixin:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
-        self._block_mover = build_block_mover(config.elastic_memory.block_mover)
         elastic = config.elastic_memory
+        self._block_mover = build_block_mover(elastic.block_mover)
         if elastic.chaos_cycle_steps is not None or elastic.chaos_offload_steps is not None:
             self._stock_kv_bytes = sum(kv.nbytes for kv in self.model_runner.kv_caches)
             self._arena, self._draft_positions = rebind_kv_to_arena(self.model_runner)
