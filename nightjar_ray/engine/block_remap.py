@@ -1,7 +1,7 @@
 """Worker side of a contraction: move KV pages and remap every persistent block table.
 
 The scheduler sends the moves ``{src: dst}`` of a contraction on the step's
-``SchedulerOutput`` (attribute ``nightjar_block_moves``). Before that step's forward
+``SchedulerOutput`` (in its ``MemoryEvent``, ``memory_event.py``). Before that step's forward
 pass, every rank (the same code under the mp and the Ray executor) does::
 
     1. copy each layer's page src -> dst      (kernels.BLOCK_MOVERS, one call)
@@ -14,22 +14,13 @@ must run before vLLM's ``_update_states`` appends them, i.e. first in ``execute_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from nightjar_ray.memory.kernels import BlockMover, PageLayout
-
-MOVES_ATTR = "nightjar_block_moves"
-RELEASE_ATTR = "nightjar_release_blocks"
-"""``(start, end)``: block ids the pool gave back this step; workers release their pages."""
-DRAFT_ATTR = "nightjar_draft_command"
-"""``"offload"`` or ``"reload"`` (``engine/draft_cycle.py``), applied before the forward."""
-STATS_ATTR = "nightjar_compaction_stats"
-"""The scheduler's cumulative compaction counts, carried to the workers with each step
-(so tests and tools read both sides with one ``collective_rpc``)."""
 
 
 def kv_buffer_layout(kv_caches: list[torch.Tensor]) -> tuple[torch.Tensor, PageLayout]:
@@ -68,10 +59,22 @@ def remap_block_tables(model_runner: Any, moves: Mapping[int, int]) -> int:
     return changed
 
 
-def apply_block_moves(model_runner: Any, mover: BlockMover, moves: Mapping[int, int]) -> int:
-    """Steps 1 and 2 of the module docstring on this rank; returns changed table entries."""
+def apply_block_moves(
+    model_runner: Any,
+    mover: BlockMover,
+    moves: Mapping[int, int],
+    kv_indices: Sequence[int] | None = None,
+) -> int:
+    """Steps 1 and 2 of the module docstring on this rank; returns changed table entries.
+    ``kv_indices``: move only these of ``model_runner.kv_caches`` (default: all)."""
     if not moves:
         return 0
-    buffer, layout = kv_buffer_layout(list(model_runner.kv_caches))
+    kv_caches = list(model_runner.kv_caches)
+    buffer, layout = kv_buffer_layout(kv_caches)
+    if kv_indices is not None:
+        layout = PageLayout(
+            tuple(layout.layer_offsets_bytes[i] for i in kv_indices),
+            tuple(layout.page_bytes[i] for i in kv_indices),
+        )
     mover(layout, buffer, moves)
     return remap_block_tables(model_runner, moves)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
+from nightjar_ray.engine.memory_event import MemoryEvent
 
 logger = logging.getLogger(__name__)
 
@@ -61,25 +62,17 @@ class CompactionCycle:
         self.clock = clock
         self.stats = CompactionStats()
         self.contracted = False
-        self.contracted_now = False
         self._steps_since_event = 0
 
-    @property
-    def released_range(self) -> tuple[int, int]:
-        """The ids the last contraction gave back (``[boundary, old size)``)."""
-        return self.pool.num_blocks, self.pool.num_blocks + self.region_blocks
-
-    def before_schedule(self) -> dict[int, int]:
-        """Run at the start of ``schedule()``; returns the block moves workers must apply
-        before this step's forward pass (empty when nothing moved; a contraction that
-        moved nothing still sets ``contracted_now``)."""
-        self.contracted_now = False
+    def before_schedule(self) -> MemoryEvent | None:
+        """Run at the start of ``schedule()``; a contraction's work for the workers
+        (block moves and the ids given back), or ``None``."""
         self._steps_since_event += 1
         if self._steps_since_event < self.cycle_steps:
-            return {}
+            return None
         if self.contracted:
             self._expand()
-            return {}
+            return None
         return self._contract()
 
     def _expand(self) -> None:
@@ -90,19 +83,19 @@ class CompactionCycle:
         self.stats.num_expansions += 1
         self.contracted = False
 
-    def _contract(self) -> dict[int, int]:
+    def _contract(self) -> MemoryEvent | None:
         start = self.clock()
         moves = self.pool.plan_contract(self.region_blocks)
         if moves is None:
             self.stats.num_refused += 1
-            return {}
+            return None
         self.pool.contract(self.region_blocks, moves)
         self.stats.contract_s += self._done("contract", start, len(moves))
         self.stats.num_contractions += 1
         self.stats.num_moved_blocks += len(moves)
         self.contracted = True
-        self.contracted_now = True
-        return moves
+        boundary = self.pool.num_blocks
+        return MemoryEvent(moves=moves, release=(boundary, boundary + self.region_blocks))
 
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
         """Check the pool, log the event; returns its duration (seconds, check excluded)."""

@@ -55,12 +55,50 @@ class PoolingConfig(BaseModel):
 
 
 class ElasticMemoryConfig(BaseModel):
-    """Elastic draft memory (paper §6; docs/memory.md). Today the engine carries the
-    compaction path (block moves, remapping and page release under load) and the draft's
-    offload and reload; the §6.1 triggers are not wired into the engine yet, so only the
-    chaos cycles act."""
+    """Elastic draft memory (paper §6; docs/memory.md): under KV scarcity with speculation
+    off, offload the draft and grow the KV cache into its memory; when the queue drains,
+    compact the KV cache and reload the draft. The chaos options force the same paths
+    on a schedule for tests and chaos runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Run the §6.1 memory controller: offload the draft and hand its weights' and "
+            "KV share's memory to the KV cache under scarcity; compact and reload when "
+            "load drops. Needs draft_sync='catch-up' and a CPU engine (the GPU arena is "
+            "not built yet)."
+        ),
+    )
+    tau_low_fraction: float = Field(
+        default=0.10,
+        ge=0.0,
+        le=0.9,
+        description="tau_low as a fraction of the stock pool's blocks (paper §7.3.3: 10%).",
+    )
+    expand_persist_steps: int = Field(
+        default=8,
+        ge=1,
+        le=100_000,
+        description="T_persist: steps speculation must be off with N_free < tau_low.",
+    )
+    contract_persist_steps: int = Field(
+        default=8,
+        ge=1,
+        le=100_000,
+        description=(
+            "Steps the queue must stay empty with N_free > N_region + tau_low before a "
+            "contraction (the paper: 1)."
+        ),
+    )
+    self_check: bool = Field(
+        default=False,
+        description=(
+            "Tests and debugging: check every reloaded draft weight against a digest and "
+            "measure the committed KV + draft bytes after every step (costs time)."
+        ),
+    )
 
     chaos_cycle_steps: int | None = Field(
         default=None,
@@ -84,6 +122,15 @@ class ElasticMemoryConfig(BaseModel):
             "Needs draft_sync='catch-up'. None (default): off."
         ),
     )
+    chaos_reload_delay_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description=(
+            "Testing and chaos runs: hold every draft reload this long in its background "
+            "thread (the step loop goes on without speculation meanwhile)."
+        ),
+    )
     chaos_region_blocks: int = Field(
         default=8,
         ge=1,
@@ -96,6 +143,20 @@ class ElasticMemoryConfig(BaseModel):
             "'triton' (one program per block and layer; GPU)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _check_modes(self) -> ElasticMemoryConfig:
+        if self.enabled and (self.chaos_cycle_steps or self.chaos_offload_steps):
+            raise ValueError(
+                "elastic_memory.enabled and the chaos_* cycles drive the same memory; "
+                "set one of them"
+            )
+        return self
+
+    @property
+    def any_enabled(self) -> bool:
+        """Whether anything moves memory (the controller or a chaos cycle)."""
+        return self.enabled or bool(self.chaos_cycle_steps or self.chaos_offload_steps)
 
 
 class NightjarConfig(BaseModel):
@@ -178,11 +239,13 @@ class NightjarConfig(BaseModel):
     @model_validator(mode="after")
     def _check_policy(self) -> NightjarConfig:
         self.policy_config()
-        if self.elastic_memory.chaos_offload_steps is not None and self.draft_sync != "catch-up":
-            raise ValueError(
-                "elastic_memory.chaos_offload_steps needs draft_sync='catch-up' "
-                f"(got {self.draft_sync!r}): the draft KV is rebuilt by the catch-up"
-            )
+        elastic = self.elastic_memory
+        for name in ("enabled", "chaos_offload_steps"):
+            if getattr(elastic, name) and self.draft_sync != "catch-up":
+                raise ValueError(
+                    f"elastic_memory.{name} needs draft_sync='catch-up' "
+                    f"(got {self.draft_sync!r}): the draft KV is rebuilt by the catch-up"
+                )
         if self.switch_cost_profile is not None:
             try:
                 load_switch_cost(self.switch_cost_profile, 0.0)

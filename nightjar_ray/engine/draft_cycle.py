@@ -1,23 +1,25 @@
 """Scheduler side of forced draft offload/reload cycles (chaos and tests).
 
-Every ``cycle_steps`` steps :class:`DraftCycle` alternates an ``offload`` and a
-``reload`` command; the scheduler sends it on that step's ``SchedulerOutput`` and every
-worker applies it before the step's forward pass (``engine/draft_offload.py``)::
+Every ``cycle_steps`` steps :class:`DraftCycle` alternates an offload and a reload; the
+scheduler sends it on that step's ``SchedulerOutput`` and every worker applies it before
+the step's forward pass (``worker_memory.py``)::
 
-    step k:    offload -> gamma clamped to 0 from this step; the policy is not asked
-    step k+N:  reload  -> every request's draft KV is stale from position 0 (both the
-                          scheduler's and every worker's lag tracker), so the catch-up
-                          rebuilds it before the draft proposes again
+    step k:    offload           -> gamma clamped to 0 from this step; policy not asked
+    step k+N:  reload + resume   -> the weights are back before the forward pass; every
+                                    request's draft KV is stale from position 0 (both the
+                                    scheduler's and every worker's lag tracker), so the
+                                    catch-up rebuilds it before the draft proposes again
 
-The §6.1 triggers will drive the same commands (docs/memory.md, "What is left").
+The §6.1 triggers drive the same commands from ``memory_controller.py``, where the
+reload runs in the background and ``resume`` comes steps later.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
-DraftCommand = Literal["offload", "reload"]
+from nightjar_ray.engine.memory_event import MemoryEvent
 
 
 @dataclass
@@ -40,8 +42,8 @@ class DraftCycle:
         self.stats = DraftCycleStats()
         self._steps = 0
 
-    def before_schedule(self) -> DraftCommand | None:
-        """Run at the start of ``schedule()``; the command for this step, if any."""
+    def before_schedule(self) -> MemoryEvent | None:
+        """Run at the start of ``schedule()``; this step's draft commands, if any."""
         self._steps += 1
         if self._steps < self.cycle_steps:
             return None
@@ -49,6 +51,6 @@ class DraftCycle:
         self.resident = not self.resident
         if self.resident:
             self.stats.num_reload_commands += 1
-            return "reload"
+            return MemoryEvent(draft_commands=("reload", "resume"))
         self.stats.num_offload_commands += 1
-        return "offload"
+        return MemoryEvent(draft_commands=("offload",))

@@ -2,10 +2,14 @@
 
 ::
 
-    offload:  draft-only parameters -> host store;  parameters become empty tensors
-              (their device memory is freed); draft KV pages are released by the caller
-    reload:   host store -> parameters (same tensors, bit-identical, checked by digest);
-              every request's draft KV is then rebuilt by the catch-up path
+    offload:        draft-only parameters -> host store; parameters become empty
+                    tensors (their device memory is freed); the caller releases the
+                    draft's KV pages
+    start_reload:   a background thread reads the host store back (CPU: from the file;
+                    GPU: non-blocking copies on a side stream); returns at once
+    finish_reload:  joins it and points the parameters at the loaded tensors (the same
+                    parameter objects, bit-identical; checked by digest with ``verify``);
+                    the caller then rebuilds every request's draft KV by the catch-up
 
 The host store is pinned host memory on GPU. On CPU the process has one memory, so the
 store is a file (``store_dir``): an offload then really returns the RAM.
@@ -20,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,10 +41,17 @@ class OffloadStats:
     num_reloads: int = 0
     offload_s: float = 0.0
     reload_s: float = 0.0
+    """Time the step loop spent in reloads: dispatch plus the wait in ``finish_reload``."""
+    reload_dispatch_s: float = 0.0
+    """Time ``start_reload`` took (the step loop's cost of starting a reload)."""
+    reload_background_s: float = 0.0
+    """Time the background loads took (overlapping the step loop)."""
     draft_bytes: int = 0
     """Bytes of draft-only parameters an offload frees."""
     weights_identical: bool = True
-    """Every reload so far restored bit-identical weights."""
+    """Every verified reload so far restored bit-identical weights."""
+    num_verified_reloads: int = 0
+    """Reloads checked by digest (``verify=True``)."""
     resident: bool = True
 
     def to_json(self) -> dict[str, Any]:
@@ -65,7 +77,12 @@ class DraftOffloader:
     """Moves the draft's own parameters between the device and a host store."""
 
     def __init__(
-        self, draft: torch.nn.Module, target: torch.nn.Module, store_dir: str | None = None
+        self,
+        draft: torch.nn.Module,
+        target: torch.nn.Module,
+        store_dir: str | None = None,
+        verify: bool = True,
+        reload_delay_s: float = 0.0,
     ) -> None:
         _check_not_prepacked(draft)
         shared = {p.untyped_storage().data_ptr() for p in target.parameters()}
@@ -74,9 +91,13 @@ class DraftOffloader:
             for name, p in draft.named_parameters()
             if p.numel() > 0 and p.untyped_storage().data_ptr() not in shared
         ]
-        self._digests = {name: _digest(p.data) for name, p in self._params}
+        self._digests = {name: _digest(p.data) for name, p in self._params} if verify else {}
         self._dir = Path(store_dir or tempfile.gettempdir()) / "nightjar-ray-draft"
         self._host: dict[str, torch.Tensor] = {}
+        self._loaded: dict[str, torch.Tensor] = {}
+        self._thread: threading.Thread | None = None
+        self._reload_delay_s = reload_delay_s
+        self._error: BaseException | None = None
         self.stats = OffloadStats(draft_bytes=sum(p.nbytes for _, p in self._params))
 
     @property
@@ -102,17 +123,63 @@ class DraftOffloader:
         self.stats.resident = False
 
     def reload(self) -> None:
-        """Bring the parameters back from the host store and check they are unchanged."""
-        assert not self.stats.resident, "reload() of a resident draft"
+        """Bring the parameters back and wait for them (``start`` + ``finish``)."""
+        self.start_reload()
+        self.finish_reload()
+
+    def start_reload(self) -> None:
+        """Start loading the parameters back in a background thread; returns at once."""
+        assert not self.stats.resident and self._thread is None, "reload of a resident draft"
         start = time.perf_counter()
-        host = self._host or torch.load(self._file, weights_only=True)
+        self._error = None
+        self._thread = threading.Thread(target=self._load, name="nightjar-draft-reload")
+        self._thread.start()
+        elapsed = time.perf_counter() - start
+        self.stats.reload_dispatch_s += elapsed
+        self.stats.reload_s += elapsed
+
+    @property
+    def reloading(self) -> bool:
+        return self._thread is not None
+
+    def reload_ready(self) -> bool:
+        """Whether a started reload has finished loading (``finish_reload`` won't wait)."""
+        return self._thread is not None and not self._thread.is_alive()
+
+    def _load(self) -> None:
+        start = time.perf_counter()
+        time.sleep(self._reload_delay_s)
+        try:
+            host = self._host or torch.load(self._file, weights_only=True)
+            device = self._params[0][1].device if self._params else torch.device("cpu")
+            if device.type == "cpu":
+                self._loaded = dict(host)
+            else:
+                side = torch.cuda.Stream(device)
+                with torch.cuda.stream(side):
+                    self._loaded = {n: t.to(device, non_blocking=True) for n, t in host.items()}
+                side.synchronize()
+        except BaseException as error:  # re-raised in the step loop by finish_reload
+            self._error = error
+        self.stats.reload_background_s += time.perf_counter() - start
+
+    def finish_reload(self) -> None:
+        """Wait for the started reload and point the parameters at the loaded tensors."""
+        assert self._thread is not None, "finish_reload() without start_reload()"
+        start = time.perf_counter()
+        self._thread.join()
+        self._thread = None
+        if self._error is not None:
+            raise RuntimeError("draft reload failed") from self._error
         for name, p in self._params:
-            p.data = host[name].to(p.device, non_blocking=True)
-        self._host = {}
+            p.data = self._loaded[name]
+        self._loaded, self._host = {}, {}
         if self._file.exists():
             self._file.unlink()
-        identical = all(_digest(p.data) == self._digests[name] for name, p in self._params)
-        self.stats.weights_identical &= identical
+        if self._digests:
+            identical = all(_digest(p.data) == self._digests[n] for n, p in self._params)
+            self.stats.weights_identical &= identical
+            self.stats.num_verified_reloads += 1
         self.stats.num_reloads += 1
         self.stats.reload_s += time.perf_counter() - start
         self.stats.resident = True

@@ -34,33 +34,69 @@ DRAFT_LAYER_PREFIX = "draft_model."
 """vLLM registers the draft model's attention layers under this prefix."""
 
 
+def _layer_order(model_runner: Any) -> tuple[list[int], tuple[int, ...]]:
+    """The runner's KV views in buffer order, and the positions of the draft's layers."""
+    kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
+    order = sorted(range(len(kv_caches)), key=lambda i: kv_caches[i].storage_offset())
+    context = model_runner.compilation_config.static_forward_context
+    draft = {
+        id(layer.kv_cache)
+        for name, layer in context.items()
+        if name.startswith(DRAFT_LAYER_PREFIX) and getattr(layer, "kv_cache", None) is not None
+    }
+    positions = tuple(p for p, i in enumerate(order) if id(kv_caches[i]) in draft)
+    return order, positions
+
+
+def num_max_blocks(model_runner: Any, draft_bytes: int) -> int:
+    """N_max: blocks the target's layers can hold in the memory stock vLLM gave this
+    rank's KV cache and draft weights together::
+
+        N_max = floor((N_orig * B_full + S_draft) / B_target)
+
+    B_full: bytes of one block over every layer (the draft's included), B_target: over
+    the target's layers only, S_draft: the draft-only weight bytes an offload frees,
+    N_orig: vLLM's block count (the null block included). With the draft away the pool
+    may hold N_max blocks and the committed bytes stay within stock."""
+    kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
+    num_blocks = _check_layout(kv_caches)
+    order, draft_positions = _layer_order(model_runner)
+    pages = [int(kv_caches[i][0].nbytes) for i in order]
+    full = sum(pages)
+    target = full - sum(pages[p] for p in draft_positions)
+    if target <= 0 or target == full:
+        raise ValueError("elastic memory needs KV layers of both the target and the draft")
+    return (num_blocks * full + draft_bytes) // target
+
+
 def rebind_kv_to_arena(
     model_runner: Any, num_slot_blocks: int | None = None
 ) -> tuple[KVArena, tuple[int, ...]]:
     """Re-create the runner's KV views over a new arena (``num_slot_blocks`` per layer,
     default: the current pool) and bind them; returns the arena and the arena positions
-    of the draft's layers."""
+    of the draft's layers.
+
+    NOTE: every layer gets ``num_slot_blocks`` slots of address space; the draft's
+    layers never use slots past the stock pool (the draft is away while the pool is
+    larger), so those slots are never committed."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     num_blocks = _check_layout(kv_caches)
     slots = num_blocks if num_slot_blocks is None else num_slot_blocks
     if slots < num_blocks:
         raise ValueError(f"num_slot_blocks={slots} < the pool's {num_blocks} blocks")
-    order = sorted(range(len(kv_caches)), key=lambda i: kv_caches[i].storage_offset())
+    if kv_caches[0].device.type != "cpu":
+        raise ValueError(
+            "elastic_memory needs the KV arena, built for the CPU only so far "
+            "(GPU: CUDA virtual memory, docs/memory.md)"
+        )
+    order, draft_positions = _layer_order(model_runner)
     arena = KVArena([kv_caches[i][0].nbytes for i in order], slots)
     context = model_runner.compilation_config.static_forward_context
-    draft_positions = []
     for position, index in enumerate(order):
         old = kv_caches[index]
         view = arena.layer_pages(position).view(old.dtype).view(slots, *old.shape[1:])
-        for name, layer in context.items():
+        for layer in context.values():
             if getattr(layer, "kv_cache", None) is old:
                 layer.bind_kv_cache(view)
-                if name.startswith(DRAFT_LAYER_PREFIX):
-                    draft_positions.append(position)
         model_runner.kv_caches[index] = view
-    return arena, tuple(sorted(set(draft_positions)))
-
-
-def release_region(arena: KVArena, start_block: int, end_block: int) -> int:
-    """Give the pages of blocks ``[start_block, end_block)`` of every layer back."""
-    return arena.release_blocks(range(len(arena.layout.page_bytes)), start_block, end_block)
+    return arena, draft_positions

@@ -29,13 +29,15 @@ from typing import IO, Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from nightjar_ray.engine.block_remap import DRAFT_ATTR, MOVES_ATTR, RELEASE_ATTR, STATS_ATTR
 from nightjar_ray.engine.compaction import CompactionCycle
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_cycle import DraftCycle
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
 from nightjar_ray.engine.lag import DraftLagTracker
+from nightjar_ray.engine.memory_controller import ElasticController
+from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
 from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.engine.worker_memory import DRAFT_READY_ATTR, MAX_BLOCKS_ATTR, OFFLOAD_S_ATTR
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 from nightjar_ray.serve.context import SERVE_CONTEXT_ENV
 
@@ -76,8 +78,15 @@ class NightjarScheduler(Scheduler):
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
         self.compaction = self._build_compaction()
-        steps = cfg.elastic_memory.chaos_offload_steps
-        self.draft_cycle = DraftCycle(steps) if steps and self.num_spec_tokens > 0 else None
+        elastic = cfg.elastic_memory
+        speculates = self.num_spec_tokens > 0
+        steps = elastic.chaos_offload_steps
+        self.draft_cycle = DraftCycle(steps) if steps and speculates else None
+        self.memory = (
+            ElasticController(self.kv_cache_manager.block_pool, elastic, self.telemetry)
+            if elastic.enabled and speculates
+            else None
+        )
 
     def _build_compaction(self) -> CompactionCycle | None:
         cfg = self.nightjar_config.elastic_memory
@@ -97,30 +106,42 @@ class NightjarScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
-        moves = self.compaction.before_schedule() if self.compaction is not None else {}
-        command = self.draft_cycle.before_schedule() if self.draft_cycle is not None else None
-        if command == "reload":
+        event = self._memory_event()
+        if "resume" in event.draft_commands:
             self.draft_lag.invalidate_all()  # the workers do the same with this step
         out = super().schedule(*args, **kwargs)
-        self.telemetry.set_load(self.load_snapshot())
-        self._attach_memory_events(out, moves, command)
+        load = self.load_snapshot()
+        self.telemetry.set_load(load)
+        if self.memory is not None:
+            self.memory.after_schedule(load, self.nightjar.sd_disabled)
+        self._attach_memory_event(out, event)
         return out
 
-    def _attach_memory_events(self, out: Any, moves: dict[int, int], command: str | None) -> None:
-        """What the workers apply before this step's forward pass (``worker.py``)."""
-        if moves:
-            setattr(out, MOVES_ATTR, moves)
-        if command is not None:
-            setattr(out, DRAFT_ATTR, command)
+    def _memory_event(self) -> MemoryEvent:
+        """This step boundary's memory work (controller or chaos cycles)."""
+        event = MemoryEvent()
+        for driver in (self.memory, self.compaction, self.draft_cycle):
+            if driver is not None:
+                event = event.merge(driver.before_schedule())
+        return event
+
+    def _attach_memory_event(self, out: Any, event: MemoryEvent) -> None:
+        """What the workers apply before this step's forward pass (``worker_memory.py``)."""
+        if event:
+            setattr(out, EVENT_ATTR, event)
         stats: dict[str, Any] = {}
-        if self.compaction is not None:
-            stats.update(self.compaction.stats.to_json())
-            if self.compaction.contracted_now:
-                setattr(out, RELEASE_ATTR, self.compaction.released_range)
-        if self.draft_cycle is not None:
-            stats.update(self.draft_cycle.stats.to_json())
+        for driver in (self.memory, self.compaction, self.draft_cycle):
+            if driver is not None:
+                stats.update(driver.stats.to_json())
         if stats:
             setattr(out, STATS_ATTR, stats)
+
+    @property
+    def draft_away(self) -> bool:
+        """The draft is offloaded or reloading (elastic memory or the chaos cycle)."""
+        if self.memory is not None and self.memory.draft_away:
+            return True
+        return self.draft_cycle is not None and not self.draft_cycle.resident
 
     def load_snapshot(self) -> LoadSnapshot:
         """Queue depth and KV blocks now (block 0 is vLLM's null block, never handed out)."""
@@ -144,8 +165,7 @@ class NightjarScheduler(Scheduler):
             starts, out.finished_req_ids, out.scheduled_cached_reqs.resumed_req_ids
         )
         batch = self._step_batch(out, starts)
-        away = self.draft_cycle is not None and not self.draft_cycle.resident
-        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s, draft_away=away)
+        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s, draft_away=self.draft_away)
         out.num_spec_tokens_to_schedule = gamma
         if self._tracks_lag:
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)
@@ -188,6 +208,12 @@ class NightjarScheduler(Scheduler):
             num_accepted += min(len(sampled[i]) - 1, len(drafts))
         self.nightjar.on_output(num_tokens, num_draft, num_accepted)
         self._count_catch_up(runner_output)
+        if self.memory is not None:
+            self.memory.on_worker_output(
+                getattr(runner_output, MAX_BLOCKS_ATTR, None),
+                getattr(runner_output, DRAFT_READY_ATTR, False),
+                getattr(runner_output, OFFLOAD_S_ATTR, 0.0),
+            )
 
     def _count_catch_up(self, runner_output: Any) -> None:
         """Workers stamp their cumulative catch-up work on the output (``worker.py``)."""

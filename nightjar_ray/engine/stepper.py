@@ -134,6 +134,7 @@ class Stepper:
         self._pending: deque[StepDecision] = deque()
         self._last_end_s = float("-inf")
         self._prev_gamma = 0
+        self._prev_explored = False
         self._step = 0
         self.history: deque[StepDecision] = deque(maxlen=max_history)
         self.gamma_counts: Counter[int] = Counter()
@@ -175,8 +176,15 @@ class Stepper:
         self._pending.append(decision)
         self._step += 1
         self._prev_gamma = gamma
+        self._prev_explored = explored
         self.gamma_counts[gamma] += 1
         return gamma
+
+    @property
+    def sd_disabled(self) -> bool:
+        """§6.1 condition (1) after the last scheduled step: it played gamma = 0 and that
+        was not an exploration probe (the simulator's ``offload_trigger="exploited"``)."""
+        return self._prev_gamma == 0 and not self._prev_explored
 
     def on_output(
         self, num_tokens: int, num_draft_tokens: int, num_accepted_tokens: int

@@ -15,19 +15,9 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
-from nightjar_ray.engine.block_remap import (
-    DRAFT_ATTR,
-    MOVES_ATTR,
-    RELEASE_ATTR,
-    STATS_ATTR,
-    apply_block_moves,
-)
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_sync import DraftSync
-from nightjar_ray.engine.kv_rebind import rebind_kv_to_arena, release_region
-from nightjar_ray.memory.arena import KVArena
-from nightjar_ray.memory.kernels import BlockMover, build_block_mover
+from nightjar_ray.engine.worker_memory import WorkerMemory
 
 
 class _NightjarWorkerMixin:
@@ -36,75 +26,26 @@ class _NightjarWorkerMixin:
     vllm_config: Any
     model_runner: Any
     _nightjar_sync: DraftSync | None = None
-    _block_mover: BlockMover | None = None
-    _num_moved_blocks: int = 0
-    _num_remapped_entries: int = 0
-    _scheduler_memory_stats: dict[str, Any] | None = None
-    _arena: KVArena | None = None
-    _draft_positions: tuple[int, ...] = ()
-    _offloader: DraftOffloader | None = None
-    _stock_kv_bytes: int = 0
-    _num_released_bytes: int = 0
+    _memory: WorkerMemory | None = None
 
     def _install_nightjar(self) -> None:
         if self.vllm_config.speculative_config is None:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
-        elastic = config.elastic_memory
-        self._block_mover = build_block_mover(elastic.block_mover)
-        if elastic.chaos_cycle_steps is not None or elastic.chaos_offload_steps is not None:
-            self._stock_kv_bytes = sum(kv.nbytes for kv in self.model_runner.kv_caches)
-            self._arena, self._draft_positions = rebind_kv_to_arena(self.model_runner)
-        drafter: Any = getattr(self.model_runner, "drafter", None)
-        if elastic.chaos_offload_steps is not None and hasattr(drafter, "model"):
-            self._offloader = DraftOffloader(drafter.model, self.model_runner.model)
+        if config.elastic_memory.any_enabled:
+            self._memory = WorkerMemory(
+                self.model_runner, config.elastic_memory, self._nightjar_sync
+            )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Block moves of a contraction, before this step's states are updated."""
-        scheduler_output = args[0] if args else kwargs.get("scheduler_output")
-        moves = getattr(scheduler_output, MOVES_ATTR, None)
-        self._scheduler_memory_stats = getattr(
-            scheduler_output, STATS_ATTR, self._scheduler_memory_stats
-        )
-        if moves and self._block_mover is not None:
-            changed = apply_block_moves(self.model_runner, self._block_mover, moves)
-            self._num_moved_blocks += len(moves)
-            self._num_remapped_entries += changed
-        released = getattr(scheduler_output, RELEASE_ATTR, None)
-        if released is not None and self._arena is not None:
-            self._num_released_bytes += release_region(self._arena, *released)
-        self._apply_draft_command(getattr(scheduler_output, DRAFT_ATTR, None))
-
-    def _apply_draft_command(self, command: str | None) -> None:
-        """Offload: weights to the host store, the draft's KV pages to the OS.
-        Reload: weights back; every request's draft KV is rebuilt by the catch-up."""
-        if command is None or self._offloader is None:
-            return
-        if command == "offload":
-            self._offloader.offload()
-            if self._arena is not None:
-                slots = self._arena.num_slot_blocks
-                self._num_released_bytes += self._arena.release_blocks(
-                    self._draft_positions, 0, slots
-                )
-        else:
-            self._offloader.reload()
-            assert self._nightjar_sync is not None
-            self._nightjar_sync.invalidate_draft_kv()
+        """The scheduler's memory event for this step, before vLLM updates its states."""
+        if self._memory is not None:
+            self._memory.apply(args[0] if args else kwargs.get("scheduler_output"))
 
     def nightjar_memory_stats(self) -> dict[str, Any]:
-        """Blocks this rank moved, block-table entries it rewrote, and the scheduler's
-        compaction counts as last sent with a step (JSON-able)."""
-        return {
-            "num_moved_blocks": self._num_moved_blocks,
-            "num_remapped_entries": self._num_remapped_entries,
-            "scheduler": self._scheduler_memory_stats or {},
-            "stock_kv_bytes": self._stock_kv_bytes,
-            "arena_resident_bytes": self._arena.resident_bytes() if self._arena else 0,
-            "num_released_bytes": self._num_released_bytes,
-            "draft": self._offloader.stats.to_json() if self._offloader else {},
-        }
+        """This rank's elastic-memory counts (``WorkerMemory.stats``; {} when off)."""
+        return self._memory.stats() if self._memory is not None else {}
 
     def _stamp(self, output: Any) -> Any:
         """Put this worker's cumulative catch-up work on a step output for the scheduler
@@ -113,6 +54,8 @@ class _NightjarWorkerMixin:
             stats = self._nightjar_sync.stats
             output.nightjar_catch_up_s = stats.catch_up_s
             output.nightjar_catch_up_tokens = stats.num_catch_up_tokens
+            if self._memory is not None:
+                self._memory.stamp(output)
         return output
 
     def nightjar_draft_stats(self) -> dict[str, Any]:

@@ -109,3 +109,16 @@ def test_draft_offload_chaos_needs_the_catch_up() -> None:
     NightjarConfig(elastic_memory={"chaos_offload_steps": 3})
     with pytest.raises(ValueError, match="chaos_offload_steps needs draft_sync='catch-up'"):
         NightjarConfig(draft_sync="stock", elastic_memory={"chaos_offload_steps": 3})
+
+
+def test_elastic_controller_fields_are_validated_and_named() -> None:
+    config = NightjarConfig(elastic_memory={"enabled": True}).elastic_memory
+    assert config.tau_low_fraction == 0.10 and config.expand_persist_steps == 8
+    assert config.any_enabled and not NightjarConfig().elastic_memory.any_enabled
+    for bad in ({"tau_low_fraction": -0.1}, {"expand_persist_steps": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            NightjarConfig(elastic_memory={"enabled": True, **bad})
+    with pytest.raises(ValueError, match="enabled needs draft_sync='catch-up'"):
+        NightjarConfig(draft_sync="stock", elastic_memory={"enabled": True})
+    with pytest.raises(ValueError, match="set one of them"):
+        NightjarConfig(elastic_memory={"enabled": True, "chaos_cycle_steps": 2})

@@ -80,14 +80,15 @@ def test_compaction_cycle_alternates_retries_and_counts() -> None:
     elastic = _pool(12, 12)
     cycle = CompactionCycle(elastic, region_blocks=4, cycle_steps=2)
     held = elastic.pool.get_new_blocks(11)  # full: nothing can move down
-    assert [cycle.before_schedule() for _ in range(3)] == [{}, {}, {}]
+    assert [cycle.before_schedule() for _ in range(3)] == [None, None, None]
     assert cycle.stats.num_refused == 2 and not cycle.contracted
     elastic.pool.free_blocks(held[:5])  # ids 1..5 free, 8..11 live in the region
-    moves = cycle.before_schedule()
-    assert sorted(moves) == [8, 9, 10, 11] and cycle.contracted
+    event = cycle.before_schedule()
+    assert event is not None and sorted(event.moves) == [8, 9, 10, 11] and cycle.contracted
+    assert event.release == (8, 12) and not event.draft_commands
     assert elastic.num_blocks == 8
-    assert cycle.before_schedule() == {} and cycle.contracted  # waits cycle_steps
-    assert cycle.before_schedule() == {} and not cycle.contracted
+    assert cycle.before_schedule() is None and cycle.contracted  # waits cycle_steps
+    assert cycle.before_schedule() is None and not cycle.contracted
     assert elastic.num_blocks == 12
     stats = cycle.stats.to_json()
     assert stats["num_contractions"] == stats["num_expansions"] == 1
@@ -105,8 +106,10 @@ def test_draft_cycle_alternates_offload_and_reload() -> None:
     from nightjar_ray.engine.draft_cycle import DraftCycle
 
     cycle = DraftCycle(2)
-    commands = [cycle.before_schedule() for _ in range(8)]
-    assert commands == [None, "offload", None, "reload", None, "offload", None, "reload"]
+    events = [cycle.before_schedule() for _ in range(8)]
+    commands = [e.draft_commands if e else None for e in events]
+    offload, reload = ("offload",), ("reload", "resume")
+    assert commands == [None, offload, None, reload, None, offload, None, reload]
     assert cycle.resident and cycle.stats.num_offload_commands == 2
     with pytest.raises(ValueError):
         DraftCycle(0)

@@ -9,6 +9,7 @@ page move makes outputs differ (checked by hand: 6 of 12 prompts changed), so th
 would catch a broken move or remap.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -68,28 +69,76 @@ def test_compaction_cycles_under_load_are_lossless(
     assert 0 < worker["arena_resident_bytes"] <= worker["stock_kv_bytes"]
 
 
+TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 1_500_000}
+"""Each rank holds half the KV heads: half the bytes give the same 36 blocks."""
+TP2_SPEC = {"draft_tensor_parallel_size": 2}
+
+
+@pytest.fixture(scope="module")
+def tp2_env() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank
+        yield
+
+
+@pytest.fixture(scope="module")
+def tp2_reference(
+    tp2_env: None, lossy_pair: ModelPair, many_prompts: list[list[int]]
+) -> list[list[int]]:
+    with offline_engine(lossy_pair, None, **TP2_ENGINE) as llm:
+        return run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids
+
+
 def test_tp2_ranks_apply_the_same_moves_and_stay_lossless(
-    lossy_pair: ModelPair, many_prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+    lossy_pair: ModelPair, many_prompts: list[list[int]], tp2_reference: list[list[int]]
 ) -> None:
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank
-    # each rank holds half the KV heads: half the bytes give the same 36 blocks
-    tp2 = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 1_500_000}
-    prompts = many_prompts[:12]
-    with offline_engine(lossy_pair, None, **tp2) as llm:
-        reference = run_batch(llm, prompts, MAX_TOKENS).token_ids
     config = NightjarConfig(
         gamma_max=3,
         policy="cyclic",
         policy_params={"gammas": [0, 3], "steps_per_gamma": 3},
         elastic_memory={"chaos_cycle_steps": 1, "chaos_region_blocks": 12},
     )
-    spec_extra = {"draft_tensor_parallel_size": 2}
-    with offline_engine(lossy_pair, config, spec_extra=spec_extra, **tp2) as llm:
-        outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
+    with offline_engine(lossy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
+        outputs = run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids
         ranks = llm.collective_rpc("nightjar_memory_stats")
-    assert outputs == reference
+    assert outputs == tp2_reference
     assert len(ranks) == 2
     same = ("num_moved_blocks", "num_remapped_entries", "scheduler", "num_released_bytes")
     assert [ranks[0][k] for k in same] == [ranks[1][k] for k in same]
     assert ranks[0]["num_moved_blocks"] > 0
     assert ranks[0]["num_moved_blocks"] == ranks[0]["scheduler"]["num_moved_blocks"]
+
+
+def test_tp2_ranks_offload_grow_compact_and_reload_together(
+    lossy_pair: ModelPair, many_prompts: list[list[int]], tp2_reference: list[list[int]]
+) -> None:
+    """The controller's events at TP=2: both ranks hold the same N_max, offload and
+    reload the same number of times, move the same blocks, and stay lossless."""
+    config = NightjarConfig(
+        gamma_max=3,
+        policy="cyclic",
+        policy_params={"gammas": [0, 3], "steps_per_gamma": 6},
+        elastic_memory={
+            "enabled": True,
+            "tau_low_fraction": 0.3,  # 12 requests on 36 blocks: scarce at 11 free
+            "expand_persist_steps": 2,
+            "contract_persist_steps": 2,
+            "self_check": True,
+        },
+    )
+    with offline_engine(lossy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
+        outputs = run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids
+        ranks = llm.collective_rpc("nightjar_memory_stats")
+    assert outputs == tp2_reference
+    assert len(ranks) == 2
+    sched = ranks[0]["scheduler"]
+    assert sched["num_expansions"] >= 1 and sched["num_contractions"] >= 1
+    assert sched["peak_num_blocks"] == ranks[0]["num_max_blocks"] > ranks[0]["num_stock_blocks"]
+    same = ("num_max_blocks", "num_moved_blocks", "scheduler", "num_released_bytes")
+    assert [ranks[0][k] for k in same] == [ranks[1][k] for k in same]
+    for rank in ranks:
+        draft = rank["draft"]
+        assert draft["num_offloads"] == sched["num_expansions"]
+        assert draft["num_reloads"] == sched["num_contractions"] and draft["resident"]
+        assert draft["weights_identical"] and draft["num_verified_reloads"] == draft["num_reloads"]
+        assert rank["peak_committed_bytes"] <= rank["stock_kv_bytes"] + draft["draft_bytes"]

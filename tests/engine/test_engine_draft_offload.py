@@ -1,15 +1,18 @@
-"""Draft offload and reload under load on the real engine (the chaos cycles).
+"""Draft offload and reload on the real engine: the chaos cycle and the §6.1 controller.
 
-Every few steps the draft's weights go to the host store and its KV pages to the OS
-while requests generate, with KV compaction cycles running at the same time; N steps
-later the weights come back and every request's draft KV is rebuilt by the catch-up.
-Greedy outputs equal plain decoding; with a draft that copies the target, acceptance
-stays ~1, which it would not if the rebuilt draft KV were wrong (checked by hand:
-without the lag invalidation at reload it fell to 0.27).
+The chaos cycle offloads the draft every few steps while requests generate (with KV
+compaction cycles at the same time) and reloads it as many steps later. The controller
+(``elastic_memory.enabled``) does it when the triggers say so: it grows the pool past its
+stock size into the draft's memory, compacts and reloads in the background when the
+queue drains. Greedy outputs equal plain decoding; with a draft that copies the target,
+acceptance stays ~1, which it would not if the rebuilt draft KV were wrong (checked by
+hand: without the lag invalidation at reload it fell to 0.27).
 """
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,42 +26,157 @@ from nightjar_ray.engine.offline import (
 )
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 
-from .test_engine_compaction import TIGHT_ENGINE
+from .test_engine_compaction import LENGTHS, TIGHT_ENGINE
 
 pytestmark = pytest.mark.engine
 
-LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70)
 MAX_TOKENS = 48
 
 
-def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
-    copy_pair: ModelPair, tmp_path: Path
-) -> None:
-    prompts = [random_prompts(1, n, TINY_SPEC.vocab_size, seed=200 + n)[0] for n in LENGTHS]
+@pytest.fixture(scope="module")
+def copy_prompts() -> list[list[int]]:
+    return [random_prompts(1, n, TINY_SPEC.vocab_size, seed=200 + n)[0] for n in LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def copy_reference(copy_pair: ModelPair, copy_prompts: list[list[int]]) -> list[list[int]]:
     with offline_engine(copy_pair, None, **TIGHT_ENGINE) as llm:
-        reference = run_batch(llm, prompts, MAX_TOKENS).token_ids
+        return run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
+
+
+def _decisions(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
+    copy_pair: ModelPair,
+    copy_prompts: list[list[int]],
+    copy_reference: list[list[int]],
+    tmp_path: Path,
+) -> None:
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
         gamma_max=3,
         policy="fixed",
         policy_params={"gamma": 3},
         decision_log_path=str(log),
-        elastic_memory={"chaos_offload_steps": 5, "chaos_cycle_steps": 2, "chaos_region_blocks": 8},
+        elastic_memory={
+            "chaos_offload_steps": 5,
+            "chaos_cycle_steps": 2,
+            "chaos_region_blocks": 8,
+            "self_check": True,
+        },
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
-        outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
+        outputs = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
         (worker,) = llm.collective_rpc("nightjar_memory_stats")
         acceptance = spec_counters(llm).acceptance_rate
         catch_up = draft_stats(llm)
-    assert outputs == reference
+    assert outputs == copy_reference
     draft = worker["draft"]
     assert draft["num_offloads"] >= 4 and draft["num_reloads"] >= 3
     assert draft["weights_identical"] and draft["draft_bytes"] > 0
+    assert draft["num_verified_reloads"] == draft["num_reloads"]
     assert worker["scheduler"]["num_offload_commands"] == draft["num_offloads"]
     assert worker["scheduler"]["num_contractions"] > 0
     assert catch_up["num_catch_up_tokens"] > 0
     assert acceptance >= 0.9
-    decisions = [json.loads(line) for line in log.read_text().splitlines()]
-    away = [d for d in decisions if d["draft_away"]]
+    away = [d for d in _decisions(log) if d["draft_away"]]
     assert away and all(d["gamma"] == 0 and not d["observed"] for d in away)
     assert all(not d["consulted"] for d in away)
+
+
+ELASTIC = {
+    "enabled": True,
+    "expand_persist_steps": 2,
+    "contract_persist_steps": 2,
+    "chaos_reload_delay_s": 0.1,
+    "self_check": True,
+}
+"""The controller with short persistence (a small test) and a reload held 0.1 s in its
+background thread, so that steps run (and requests arrive) while the draft loads."""
+
+
+@pytest.fixture(scope="module")
+def elastic_engine(
+    copy_pair: ModelPair,
+    copy_reference: list[list[int]],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Any]:
+    """Started after the reference engine: an engine shut down after another started
+    takes vLLM's in-process metrics (``spec_counters``) with it."""
+    log = tmp_path_factory.mktemp("elastic") / "decisions.jsonl"
+    config = NightjarConfig(
+        gamma_max=3,
+        policy="cyclic",
+        policy_params={"gammas": [0, 3], "steps_per_gamma": 6},
+        decision_log_path=str(log),
+        elastic_memory=ELASTIC,
+    )
+    with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
+        llm.nightjar_log = log
+        yield llm
+
+
+def test_controller_grows_the_pool_into_the_draft_and_gives_it_back_losslessly(
+    elastic_engine: Any, copy_prompts: list[list[int]], copy_reference: list[list[int]]
+) -> None:
+    runs = [run_batch(elastic_engine, copy_prompts, MAX_TOKENS).token_ids for _ in range(2)]
+    (worker,) = elastic_engine.collective_rpc("nightjar_memory_stats")
+    acceptance = spec_counters(elastic_engine).acceptance_rate
+    assert runs == [copy_reference, copy_reference]
+    sched, draft = worker["scheduler"], worker["draft"]
+    assert sched["num_expansions"] >= 2 and sched["num_contractions"] >= 2
+    assert draft["num_offloads"] == sched["num_expansions"]
+    assert draft["num_reloads"] == sched["num_contractions"]
+    assert sched["num_moved_blocks"] > 0, "no request held blocks in the region"
+    assert worker["num_moved_blocks"] == sched["num_moved_blocks"]
+    # capacity: N_max = floor((N_orig * B_full + S_draft) / B_target), reached exactly
+    n_orig, n_max = worker["num_stock_blocks"], worker["num_max_blocks"]
+    full, target = worker["block_bytes"], worker["target_block_bytes"]
+    assert full * n_orig == worker["stock_kv_bytes"] and 0 < target < full
+    assert n_max == (n_orig * full + draft["draft_bytes"]) // target > n_orig
+    assert sched["num_max_blocks"] == n_max and sched["peak_num_blocks"] == n_max
+    assert sched["num_stock_blocks"] == n_orig == sched["num_blocks"]
+    # memory really moves: committed KV + draft bytes never above stock vLLM's
+    assert 0 < worker["peak_committed_bytes"] <= worker["stock_kv_bytes"] + draft["draft_bytes"]
+    assert draft["weights_identical"] and draft["num_verified_reloads"] == draft["num_reloads"]
+    # the reload ran in the background while steps went on, then the draft KV was rebuilt
+    assert sched["num_reload_wait_steps"] > 0
+    assert acceptance >= 0.9
+    events = sched["memory_events"]
+    assert [events[k][0] for k in ("expand", "offload")] == [sched["num_expansions"]] * 2
+    assert events["contract"][0] == events["reload"][0] == sched["num_contractions"]
+    decisions = _decisions(elastic_engine.nightjar_log)
+    away = [d for d in decisions if d["draft_away"]]
+    assert away and all(d["gamma"] == 0 and not d["consulted"] for d in away)
+    assert any(d["gamma"] == 3 for d in decisions)
+
+
+def test_requests_arriving_while_the_draft_is_away_or_reloading_are_served(
+    elastic_engine: Any, copy_prompts: list[list[int]], copy_reference: list[list[int]]
+) -> None:
+    from vllm import SamplingParams
+
+    engine = elastic_engine.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    def submit(i: int) -> None:
+        engine.add_request(f"r{i}", {"prompt_token_ids": copy_prompts[i]}, params)
+
+    for i in range(12):
+        submit(i)
+    late = iter(range(12, 20))
+    arrived: dict[str, int] = {}
+    outputs: dict[int, list[int]] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                outputs[int(out.request_id[1:])] = list(out.outputs[0].token_ids)
+        (worker,) = elastic_engine.collective_rpc("nightjar_memory_stats")
+        residency = worker["scheduler"]["residency"]
+        if residency != "resident" and arrived.get(residency, 0) < 2:
+            submit(next(late))
+            arrived[residency] = arrived.get(residency, 0) + 1
+    assert arrived == {"offloaded": 2, "reloading": 2}
+    assert outputs == {i: copy_reference[i] for i in range(16)}

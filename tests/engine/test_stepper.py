@@ -187,3 +187,31 @@ def test_draft_away_steps_play_zero_and_neither_ask_nor_teach_the_policy() -> No
         assert done.draft_away is away and not (away and (done.consulted or done.observed))
     assert len(policy.chosen) == 2
     assert all(r.gamma == 3 for r in policy.observed)
+
+
+class Scripted:
+    """A policy that plays a script of (gamma, explored) pairs."""
+
+    gamma_max = 3
+
+    def __init__(self, script: list[tuple[int, bool]]) -> None:
+        self.script = iter(script)
+        self.last_explored = False
+
+    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+        gamma, self.last_explored = next(self.script)
+        return gamma
+
+    def observe(self, result: StepResult) -> None:
+        pass
+
+
+def test_sd_disabled_means_an_exploited_gamma_zero() -> None:
+    """§6.1 condition (1), the simulator's ``offload_trigger="exploited"``."""
+    script = [(3, False), (0, True), (0, False), (2, True)]
+    stepper = Stepper(Scripted(script), gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
+    disabled = []
+    for _ in script:
+        stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
+        disabled.append(stepper.sd_disabled)
+    assert disabled == [False, False, True, False]

@@ -1,0 +1,228 @@
+"""The engine's §6.1 memory controller: when to offload the draft and grow the KV cache,
+when to compact it and bring the draft back (scheduler side, one per engine).
+
+It reads, after every ``schedule()``, the same :class:`LoadSnapshot` the metrics export
+and whether speculation is off, runs :class:`ElasticTriggers` (the simulator runs the
+same object), and performs the decided action at the start of the next ``schedule()``,
+before vLLM schedules that step::
+
+    RESIDENT  --EXPAND-->    pool += N_region blocks          workers: "offload"
+    OFFLOADED --CONTRACT-->  live region blocks move down,    workers: moves, release,
+                             pool -= N_region (refused and    "reload" (background)
+                             retried when they do not fit)
+    RELOADING --rank 0 reports the weights loaded-->          workers: "resume" (wait,
+                                                              rebuild draft KV by catch-up)
+    -> RESIDENT: the policy is asked again from this step
+
+While the draft is not RESIDENT the scheduler plays gamma = 0 without asking or teaching
+the policy. N_region = N_max - N_orig comes from the workers (``kv_rebind.num_max_blocks``)
+with the first step output; the controller acts only once it is known.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from nightjar_ray.engine.config import ElasticMemoryConfig
+from nightjar_ray.engine.elastic_pool import ElasticBlockPool
+from nightjar_ray.engine.memory_event import MemoryEvent
+from nightjar_ray.memory.triggers import (
+    DraftResidency,
+    ElasticTriggers,
+    MemoryAction,
+    MemoryView,
+    TriggerConfig,
+)
+from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ControllerStats:
+    """Cumulative counts of one engine's controller (JSON-able)."""
+
+    residency: str = DraftResidency.RESIDENT.value
+    num_blocks: int = 0
+    """Pool ids now, the null block included (vLLM's ``num_gpu_blocks``)."""
+    num_stock_blocks: int = 0
+    num_max_blocks: int = 0
+    peak_num_blocks: int = 0
+    num_expansions: int = 0
+    num_contractions: int = 0
+    num_refused: int = 0
+    num_moved_blocks: int = 0
+    num_reload_wait_steps: int = 0
+    """Steps between a reload's dispatch and its resume (the draft loading meanwhile)."""
+    expand_s: float = 0.0
+    contract_s: float = 0.0
+
+    memory_events: dict[str, list[float]] = field(default_factory=dict)
+    """The telemetry's ``[count, seconds]`` per event kind (what the metrics export)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ElasticController:
+    """See module docstring. ``pool`` is vLLM's scheduler-side ``BlockPool``."""
+
+    def __init__(
+        self,
+        pool: Any,
+        config: ElasticMemoryConfig,
+        telemetry: EngineTelemetry,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.config = config
+        self.telemetry = telemetry
+        self.clock = clock
+        self._raw_pool = pool
+        self.pool: ElasticBlockPool | None = None
+        self.triggers: ElasticTriggers | None = None
+        self.residency = DraftResidency.RESIDENT
+        self.stats = ControllerStats(
+            num_blocks=pool.num_gpu_blocks,
+            num_stock_blocks=pool.num_gpu_blocks,
+            peak_num_blocks=pool.num_gpu_blocks,
+            memory_events=telemetry.memory_events,
+        )
+        self._pending: MemoryAction | None = None
+        self._draft_ready = False
+        self._reload_start_s = 0.0
+        self._offload_seen_s = 0.0
+
+    @property
+    def draft_away(self) -> bool:
+        """Speculation must not run this step (the draft is offloaded or reloading)."""
+        return self.residency is not DraftResidency.RESIDENT
+
+    @property
+    def num_region_blocks(self) -> int:
+        return self.stats.num_max_blocks - self.stats.num_stock_blocks
+
+    def on_worker_output(
+        self, num_max_blocks: int | None, draft_ready: bool, offload_s: float
+    ) -> None:
+        """Facts rank 0 stamped on a step output (``worker_memory.py``): N_max, whether
+        a reload finished loading, and its cumulative offload time (counted here as the
+        "offload" events' seconds)."""
+        self._draft_ready = draft_ready
+        if offload_s > self._offload_seen_s:
+            self.telemetry.record_memory_event("offload", offload_s - self._offload_seen_s)
+            self._offload_seen_s = offload_s
+        if self.triggers is not None or num_max_blocks is None:
+            return
+        self.stats.num_max_blocks = num_max_blocks
+        self.pool = ElasticBlockPool(self._raw_pool, num_max_blocks)
+        if self.num_region_blocks <= 0:
+            logger.warning("nightjar memory: the draft frees no whole block; controller off")
+            return
+        tau_low = math.ceil(self.config.tau_low_fraction * (self.stats.num_stock_blocks - 1))
+        self.triggers = ElasticTriggers(
+            TriggerConfig(
+                tau_low_blocks=tau_low,
+                num_region_blocks=self.num_region_blocks,
+                expand_persist_steps=self.config.expand_persist_steps,
+                contract_persist_steps=self.config.contract_persist_steps,
+            )
+        )
+
+    def before_schedule(self) -> MemoryEvent | None:
+        """Run at the start of ``schedule()``: the decided action, or the resume."""
+        if self.residency is DraftResidency.RELOADING:
+            if self._draft_ready:
+                return self._resume()
+            self.stats.num_reload_wait_steps += 1
+        action, self._pending = self._pending, None
+        if action is MemoryAction.EXPAND:
+            return self._expand()
+        if action is MemoryAction.CONTRACT:
+            return self._contract()
+        return None
+
+    def after_schedule(self, load: LoadSnapshot, sd_disabled: bool) -> None:
+        """Run the triggers on this step's snapshot; the action waits for the next step."""
+        if self.triggers is None:
+            return
+        view = MemoryView(
+            residency=self.residency,
+            sd_disabled=sd_disabled,
+            num_free_blocks=load.num_free_blocks,
+            num_waiting_reqs=load.num_waiting_reqs,
+            can_contract=self._can_contract(load),
+        )
+        self._pending = self.triggers.step(view)
+
+    def _can_contract(self, load: LoadSnapshot) -> bool:
+        """Plan only when the cheap conditions hold (planning walks the free queue)."""
+        assert self.triggers is not None and self.pool is not None
+        cfg = self.triggers.config
+        if self.residency is not DraftResidency.OFFLOADED or load.num_waiting_reqs > 0:
+            return False
+        if load.num_free_blocks <= cfg.num_region_blocks + cfg.tau_low_blocks:
+            return False
+        return self.pool.plan_contract(self.num_region_blocks) is not None
+
+    def _expand(self) -> MemoryEvent:
+        assert self.pool is not None and self.pool.can_expand(self.num_region_blocks)
+        start = self.clock()
+        self.pool.expand(self.num_region_blocks)
+        duration_s = self._done("expand", start)
+        self.stats.num_expansions += 1
+        self.stats.expand_s += duration_s
+        self.residency = DraftResidency.OFFLOADED
+        self.telemetry.draft_resident = False
+        return MemoryEvent(draft_commands=("offload",))
+
+    def _contract(self) -> MemoryEvent | None:
+        assert self.pool is not None
+        start = self.clock()
+        moves = self.pool.plan_contract(self.num_region_blocks)
+        if moves is None:  # the queue refilled since the trigger: retry later
+            self.stats.num_refused += 1
+            return None
+        self.pool.contract(self.num_region_blocks, moves)
+        duration_s = self._done("contract", start, len(moves))
+        self.stats.num_contractions += 1
+        self.stats.num_moved_blocks += len(moves)
+        self.stats.contract_s += duration_s
+        self.residency = DraftResidency.RELOADING
+        self._draft_ready = False
+        self._reload_start_s = self.clock()
+        boundary = self.pool.num_blocks
+        release = (boundary, boundary + self.num_region_blocks)
+        return MemoryEvent(moves=moves, release=release, draft_commands=("reload",))
+
+    def _resume(self) -> MemoryEvent:
+        self.residency = DraftResidency.RESIDENT
+        self.telemetry.draft_resident = True
+        self.telemetry.record_memory_event("reload", self.clock() - self._reload_start_s)
+        self.stats.residency = self.residency.value
+        return MemoryEvent(draft_commands=("resume",))
+
+    def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
+        """Check the pool, count and log the event; returns its duration (check excluded)."""
+        assert self.pool is not None
+        duration_s = self.clock() - start_s
+        self.pool.check()
+        self.telemetry.record_memory_event(kind, duration_s)
+        self.stats.num_blocks = self.pool.num_blocks
+        self.stats.peak_num_blocks = max(self.stats.peak_num_blocks, self.pool.num_blocks)
+        self.stats.residency = (
+            DraftResidency.OFFLOADED if kind == "expand" else DraftResidency.RELOADING
+        ).value
+        logger.info(
+            "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
+            kind,
+            self.num_region_blocks,
+            num_moved,
+            duration_s * 1e3,
+            self.pool.num_blocks,
+        )
+        return duration_s

@@ -1,0 +1,55 @@
+"""What the scheduler tells every worker about memory at one step boundary.
+
+The scheduler decides elastic-memory events once (``memory_controller.py``, or the chaos
+cycles in ``compaction.py`` / ``draft_cycle.py``) and sends them on that step's
+``SchedulerOutput``; every rank applies them before the step's forward pass
+(``worker_memory.py``), through the executor's normal step RPC, so the mp executor on
+CPU and the Ray executor on GPU run the same code at the same step::
+
+    MemoryEvent(moves={src: dst}, release=(start, end), draft_commands=("offload",))
+      1. moves           copy KV pages src -> dst, rewrite block tables (a contraction)
+      2. release         give the pages of blocks [start, end) back (a contraction)
+      3. draft_commands  "offload": draft weights to the host store, draft KV pages back
+                         "reload":  start bringing the weights back (does not block)
+                         "resume":  wait for the reload, rebuild the draft KV by catch-up
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+DraftCommand = Literal["offload", "reload", "resume"]
+
+EVENT_ATTR = "nightjar_memory_event"
+"""The step's :class:`MemoryEvent` on the ``SchedulerOutput`` (absent: nothing to do)."""
+STATS_ATTR = "nightjar_memory_stats"
+"""The scheduler's cumulative memory counts, carried to the workers with each step (so
+tests and tools read both sides with one ``collective_rpc``)."""
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One step's memory work for the workers (see module docstring)."""
+
+    moves: Mapping[int, int] = field(default_factory=dict)
+    release: tuple[int, int] | None = None
+    draft_commands: tuple[DraftCommand, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.moves) or self.release is not None or bool(self.draft_commands)
+
+    def merge(self, other: MemoryEvent | None) -> MemoryEvent:
+        """Both events' work (at most one of them may move or release blocks)."""
+        if other is None or not other:
+            return self
+        if not self:
+            return other
+        assert not (self.moves and other.moves), "two block moves in one step"
+        assert self.release is None or other.release is None, "two releases in one step"
+        return MemoryEvent(
+            moves=self.moves or other.moves,
+            release=self.release if self.release is not None else other.release,
+            draft_commands=self.draft_commands + other.draft_commands,
+        )

@@ -1,0 +1,153 @@
+"""Worker side of elastic memory: apply the scheduler's :class:`MemoryEvent` on this rank.
+
+Installed after vLLM's warm-up (no request holds a block yet) when any elastic-memory
+option is on. Per step, before the forward pass, :meth:`WorkerMemory.apply` runs the
+event's parts in order (``memory_event.py``): block moves, page release, draft commands.
+Every rank runs the same event at the same step, so TP ranks agree on residency and
+block count by construction; :meth:`stats` lets tests check that they do.
+
+The worker also reports two facts on each step's output for the scheduler (rank 0's
+output is the one it reads): ``nightjar_num_max_blocks`` (N_max, computed from this
+rank's KV pages and draft weights, ``kv_rebind.num_max_blocks``),
+``nightjar_draft_ready`` (a background reload has finished loading) and
+``nightjar_offload_s`` (cumulative offload time, for the metrics).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightjar_ray.engine.block_remap import apply_block_moves
+from nightjar_ray.engine.config import ElasticMemoryConfig
+from nightjar_ray.engine.draft_offload import DraftOffloader
+from nightjar_ray.engine.draft_sync import DraftSync
+from nightjar_ray.engine.kv_rebind import num_max_blocks, rebind_kv_to_arena
+from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
+from nightjar_ray.memory.kernels import build_block_mover
+
+MAX_BLOCKS_ATTR = "nightjar_num_max_blocks"
+DRAFT_READY_ATTR = "nightjar_draft_ready"
+OFFLOAD_S_ATTR = "nightjar_offload_s"
+
+
+class WorkerMemory:
+    """One rank's arena, block mover and draft offloader (see module docstring)."""
+
+    def __init__(self, model_runner: Any, config: ElasticMemoryConfig, sync: DraftSync) -> None:
+        self.runner = model_runner
+        self.sync = sync
+        self.mover = build_block_mover(config.block_mover)
+        self.num_moved_blocks = 0
+        self.num_remapped_entries = 0
+        self.num_released_bytes = 0
+        self.scheduler_stats: dict[str, Any] = {}
+        self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
+        self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
+        drafter: Any = getattr(model_runner, "drafter", None)
+        self.offloader: DraftOffloader | None = None
+        if (config.enabled or config.chaos_offload_steps) and hasattr(drafter, "model"):
+            self.offloader = DraftOffloader(
+                drafter.model,
+                model_runner.model,
+                verify=config.self_check,
+                reload_delay_s=config.chaos_reload_delay_s,
+            )
+        self.self_check = config.self_check
+        self.peak_committed_bytes = 0
+        """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
+        draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
+        self.num_max_blocks = (
+            num_max_blocks(model_runner, draft_bytes) if config.enabled else self.num_stock_blocks
+        )
+        self.arena, self.draft_positions = rebind_kv_to_arena(model_runner, self.num_max_blocks)
+        pages = self.arena.layout.page_bytes
+        self.block_bytes = sum(pages)
+        self.target_block_bytes = self.block_bytes - sum(pages[p] for p in self.draft_positions)
+        self.target_positions = tuple(
+            p for p in range(len(pages)) if p not in set(self.draft_positions)
+        )
+        kv = list(model_runner.kv_caches)
+        order = sorted(range(len(kv)), key=lambda i: kv[i].storage_offset())
+        self.target_kv_indices = tuple(order[p] for p in self.target_positions)
+        """Positions in ``model_runner.kv_caches`` of the target's layers."""
+
+    def apply(self, scheduler_output: Any) -> None:
+        """This step's event, before the forward pass (and before vLLM's state update).
+
+        NOTE: while the draft is away its KV is garbage (rebuilt by the catch-up after
+        the reload), so block moves and releases leave the draft's layers alone; reading
+        or writing them would commit pages the offload gave back."""
+        self.scheduler_stats = getattr(scheduler_output, STATS_ATTR, self.scheduler_stats)
+        event: MemoryEvent | None = getattr(scheduler_output, EVENT_ATTR, None)
+        if event is None:
+            return
+        if event.moves:
+            layers = self.target_kv_indices if self._draft_away else None
+            self.num_remapped_entries += apply_block_moves(
+                self.runner, self.mover, event.moves, layers
+            )
+            self.num_moved_blocks += len(event.moves)
+        if event.release is not None:
+            self._release(*event.release)
+        for command in event.draft_commands:
+            self._draft_command(command)
+
+    @property
+    def _draft_away(self) -> bool:
+        return self.offloader is not None and not self.offloader.stats.resident
+
+    def _release(self, start_block: int, end_block: int) -> None:
+        """The draft's layers never used the region while it was away: release (and
+        count) only the target's pages then; every layer's under the chaos cycle."""
+        all_layers = range(len(self.arena.layout.page_bytes))
+        layers = self.target_positions if self._draft_away else all_layers
+        self.num_released_bytes += self.arena.release_blocks(layers, start_block, end_block)
+
+    def _draft_command(self, command: str) -> None:
+        offloader = self.offloader
+        assert offloader is not None, f"draft command {command!r} without an offloader"
+        if command == "offload":
+            offloader.offload()
+            slots = self.arena.num_slot_blocks
+            self.num_released_bytes += self.arena.release_blocks(self.draft_positions, 0, slots)
+        elif command == "reload":
+            offloader.start_reload()
+        else:
+            assert command == "resume", command
+            offloader.finish_reload()
+            self.sync.invalidate_draft_kv()
+
+    def committed_bytes(self) -> int:
+        """KV arena bytes backed by memory plus the draft weight bytes on the device."""
+        draft = self.offloader.stats if self.offloader is not None else None
+        loading = self.offloader is not None and self.offloader.reloading
+        on_device = draft is not None and (draft.resident or loading)
+        return self.arena.resident_bytes() + (draft.draft_bytes if draft and on_device else 0)
+
+    def stamp(self, output: Any) -> None:
+        """Facts the scheduler reads from rank 0's step output (module docstring)."""
+        if self.self_check:
+            self.peak_committed_bytes = max(self.peak_committed_bytes, self.committed_bytes())
+        setattr(output, MAX_BLOCKS_ATTR, self.num_max_blocks)
+        ready = self.offloader is not None and self.offloader.reload_ready()
+        setattr(output, DRAFT_READY_ATTR, ready)
+        setattr(output, OFFLOAD_S_ATTR, self.offloader.stats.offload_s if self.offloader else 0.0)
+
+    def stats(self) -> dict[str, Any]:
+        """Blocks this rank moved, table entries it rewrote, bytes it released, its
+        arena's resident bytes, its draft's residency and the scheduler's counts as
+        last sent with a step (JSON-able)."""
+        return {
+            "num_moved_blocks": self.num_moved_blocks,
+            "num_remapped_entries": self.num_remapped_entries,
+            "scheduler": self.scheduler_stats,
+            "stock_kv_bytes": self.stock_kv_bytes,
+            "num_stock_blocks": self.num_stock_blocks,
+            "num_max_blocks": self.num_max_blocks,
+            "block_bytes": self.block_bytes,
+            "target_block_bytes": self.target_block_bytes,
+            "peak_committed_bytes": self.peak_committed_bytes,
+            "arena_resident_bytes": self.arena.resident_bytes(),
+            "num_released_bytes": self.num_released_bytes,
+            "draft": self.offloader.stats.to_json() if self.offloader else {},
+        }
