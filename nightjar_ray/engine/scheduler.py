@@ -77,6 +77,8 @@ class NightjarScheduler(Scheduler):
         self._tracks_lag = cfg.draft_sync != "stock"
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
+        self.num_preemptions = 0
+        """Requests preempted (KV blocks taken back) so far; sent to the workers' stats."""
         self.compaction = self._build_compaction()
         elastic = cfg.elastic_memory
         speculates = self.num_spec_tokens > 0
@@ -129,12 +131,15 @@ class NightjarScheduler(Scheduler):
         """What the workers apply before this step's forward pass (``worker_memory.py``)."""
         if event:
             setattr(out, EVENT_ATTR, event)
-        stats: dict[str, Any] = {}
+        stats: dict[str, Any] = {"num_preemptions": self.num_preemptions}
         for driver in (self.memory, self.compaction, self.draft_cycle):
             if driver is not None:
                 stats.update(driver.stats.to_json())
-        if stats:
-            setattr(out, STATS_ATTR, stats)
+        setattr(out, STATS_ATTR, stats)
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        self.num_preemptions += 1
+        super()._preempt_request(request, *args, **kwargs)
 
     @property
     def draft_away(self) -> bool:

@@ -17,6 +17,7 @@ from vllm.v1.worker.gpu_worker import Worker
 
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_sync import DraftSync
+from nightjar_ray.engine.memory_event import STATS_ATTR
 from nightjar_ray.engine.worker_memory import WorkerMemory
 
 
@@ -27,6 +28,7 @@ class _NightjarWorkerMixin:
     model_runner: Any
     _nightjar_sync: DraftSync | None = None
     _memory: WorkerMemory | None = None
+    _scheduler_stats: dict[str, Any] | None = None
 
     def _install_nightjar(self) -> None:
         if self.vllm_config.speculative_config is None:
@@ -40,12 +42,18 @@ class _NightjarWorkerMixin:
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The scheduler's memory event for this step, before vLLM updates its states."""
+        scheduler_output = args[0] if args else kwargs.get("scheduler_output")
+        stats = getattr(scheduler_output, STATS_ATTR, None)
+        self._scheduler_stats = stats if stats is not None else self._scheduler_stats
         if self._memory is not None:
-            self._memory.apply(args[0] if args else kwargs.get("scheduler_output"))
+            self._memory.apply(scheduler_output)
 
     def nightjar_memory_stats(self) -> dict[str, Any]:
-        """This rank's elastic-memory counts (``WorkerMemory.stats``; {} when off)."""
-        return self._memory.stats() if self._memory is not None else {}
+        """This rank's elastic-memory counts (``WorkerMemory.stats``) and, under
+        ``"scheduler"``, the scheduler's counts as last sent with a step (preemptions,
+        controller and chaos-cycle counts)."""
+        stats = self._memory.stats() if self._memory is not None else {}
+        return {**stats, "scheduler": self._scheduler_stats or {}}
 
     def _stamp(self, output: Any) -> Any:
         """Put this worker's cumulative catch-up work on a step output for the scheduler

@@ -22,7 +22,7 @@ from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import num_max_blocks, rebind_kv_to_arena
-from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
+from nightjar_ray.engine.memory_event import EVENT_ATTR, MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
 
 MAX_BLOCKS_ATTR = "nightjar_num_max_blocks"
@@ -40,7 +40,6 @@ class WorkerMemory:
         self.num_moved_blocks = 0
         self.num_remapped_entries = 0
         self.num_released_bytes = 0
-        self.scheduler_stats: dict[str, Any] = {}
         self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
         self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
         drafter: Any = getattr(model_runner, "drafter", None)
@@ -77,7 +76,6 @@ class WorkerMemory:
         NOTE: while the draft is away its KV is garbage (rebuilt by the catch-up after
         the reload), so block moves and releases leave the draft's layers alone; reading
         or writing them would commit pages the offload gave back."""
-        self.scheduler_stats = getattr(scheduler_output, STATS_ATTR, self.scheduler_stats)
         event: MemoryEvent | None = getattr(scheduler_output, EVENT_ATTR, None)
         if event is None:
             return
@@ -135,12 +133,10 @@ class WorkerMemory:
 
     def stats(self) -> dict[str, Any]:
         """Blocks this rank moved, table entries it rewrote, bytes it released, its
-        arena's resident bytes, its draft's residency and the scheduler's counts as
-        last sent with a step (JSON-able)."""
+        arena's resident bytes and its draft's residency (JSON-able)."""
         return {
             "num_moved_blocks": self.num_moved_blocks,
             "num_remapped_entries": self.num_remapped_entries,
-            "scheduler": self.scheduler_stats,
             "stock_kv_bytes": self.stock_kv_bytes,
             "num_stock_blocks": self.num_stock_blocks,
             "num_max_blocks": self.num_max_blocks,
