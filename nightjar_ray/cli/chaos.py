@@ -1,9 +1,13 @@
 """``nightjar-ray chaos``: faults under load against a local deployment of the main job's app.
 
-Scenarios: ``actor-kill`` (kill the policy actor; goal: zero failed requests) and
+Scenarios: ``actor-kill`` (kill the policy actor; goal: zero failed requests),
 ``replica-kill`` (two replicas, kill one; goal: only requests in flight on it fail, Serve
-replaces it). Prints and writes a JSON report: failed requests, recovery time, and
-whether every successful greedy output equals its prompt's reference.
+replaces it) and ``memory`` (forced elastic-memory events under load: the draft offloaded
+and reloaded every few steps and the KV cache compacted, on a small KV budget; goal:
+zero failed requests; references come from a second app without elastic memory, deleted
+before the load starts). Prints and writes a JSON report: failed requests, recovery time
+(for ``memory``: until offloads, reloads and contractions were all seen after the mark),
+and whether every successful greedy output equals its prompt's reference.
 """
 
 from __future__ import annotations
@@ -18,12 +22,23 @@ from pathlib import Path
 from typing import Any
 
 APP = "chaos"
-SCENARIOS = ("actor-kill", "replica-kill")
+SCENARIOS = ("actor-kill", "replica-kill", "memory")
+MEMORY_CHAOS: dict[str, Any] = {
+    "engine_kwargs": {"block_size": 32, "kv_cache_memory_bytes": 6_000_000},
+    "elastic_memory": {
+        "chaos_offload_steps": 8,
+        "chaos_cycle_steps": 3,
+        "chaos_region_blocks": 32,
+    },
+}
+"""The ``memory`` scenario: ~72 blocks of 32 tokens, the top 32 compacted and given back
+every 3 steps, the draft offloaded and reloaded every 8 steps."""
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "chaos", help="Faults under load: kill the policy actor or a replica."
+        "chaos",
+        help="Faults under load: kill the policy actor or a replica, force memory events.",
     )
     p.add_argument("--scenario", choices=SCENARIOS, required=True)
     p.add_argument("--pair", choices=("default", "tiny"), default="tiny")
@@ -36,27 +51,64 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _deploy(args: argparse.Namespace, replicas: int) -> str:
+def _deploy(
+    args: argparse.Namespace, replicas: int, name: str = APP, memory_chaos: bool = False
+) -> str:
     import ray
     from ray import serve
 
     from nightjar_ray.cli.demo import demo_app_args
     from nightjar_ray.serve import build_app
 
-    ray.init(num_cpus=16, log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
+    if not ray.is_initialized():
+        ray.init(num_cpus=16, log_to_driver=False)
+        serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
     app_args = demo_app_args(args.pair, replicas)
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-    print(f"deploying {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
-    serve.run(build_app(app_args), name=APP, route_prefix="/")
-    return f"http://127.0.0.1:{args.http_port}"
+    if memory_chaos:
+        app_args["engine_kwargs"].update(MEMORY_CHAOS["engine_kwargs"])
+        app_args["nightjar"]["elastic_memory"] = MEMORY_CHAOS["elastic_memory"]
+    route = "/" if name == APP else f"/{name}"
+    print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
+    serve.run(build_app(app_args), name=name, route_prefix=route)
+    return f"http://127.0.0.1:{args.http_port}{'' if route == '/' else route}"
+
+
+def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tuple[str, Any]:
+    """Deploy the app and take each prompt's greedy reference; for ``memory`` from a
+    separate app without elastic memory (deleted afterwards), the same engine otherwise."""
+    from ray import serve
+
+    from nightjar_ray.cli.demo import MODEL_ID
+    from nightjar_ray.loadgen.chaos import reference_texts
+
+    replicas = 2 if args.scenario == "replica-kill" else 1
+    if args.scenario != "memory":
+        url = _deploy(args, replicas)
+        return url, reference_texts(url, MODEL_ID, prompts, args.max_tokens)
+    ref_url = _deploy(args, 1, name=f"{APP}-reference")
+    references = reference_texts(ref_url, MODEL_ID, prompts, args.max_tokens)
+    serve.delete(f"{APP}-reference")
+    return _deploy(args, 1, memory_chaos=True), references
 
 
 def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
     from nightjar_ray.serve import faults
 
     state: dict[str, Any] = {}
-    if scenario == "actor-kill":
+    if scenario == "memory":
+
+        def fault() -> None:  # the events run all along; count from here
+            state["at"] = faults.memory_event_counts(APP) or {}
+
+        def recovered() -> bool:
+            now = faults.memory_event_counts(APP)
+            if "at" not in state or now is None:
+                return False
+            kinds = ("offload", "reload", "contract")
+            return all(now.get(k, 0) > state["at"].get(k, 0) for k in kinds)
+
+    elif scenario == "actor-kill":
 
         def fault() -> None:
             state["at"] = faults.kill_policy_actor(APP)
@@ -78,12 +130,11 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.cli.demo import MODEL_ID
-    from nightjar_ray.loadgen.chaos import chaos_requests, reference_texts, run_chaos
+    from nightjar_ray.loadgen.chaos import chaos_requests, run_chaos
 
     replicas = 2 if args.scenario == "replica-kill" else 1
-    url = _deploy(args, replicas)
     prompts = [tuple(range(20 + i, 60 + i)) for i in range(4)]
-    references = reference_texts(url, MODEL_ID, prompts, args.max_tokens)
+    url, references = _references(args, prompts)
     requests = chaos_requests(prompts, args.rate, args.duration_s, args.max_tokens, seed=0)
     fault, recovered = _fault(args.scenario, replicas)
     started = time.time()
@@ -92,8 +143,13 @@ def run(args: argparse.Namespace) -> int:
     )
     late = [r.index for r in run_result.records if not r.ok and r.start_s > report.fault_at_s + 1.0]
     out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
+    if args.scenario == "memory":
+        from nightjar_ray.serve import faults
+
+        out["memory_events"] = faults.memory_event_counts(APP)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
     ok = report.recovery_s is not None and report.num_mismatched == 0
-    ok = ok and (report.num_failed == 0 if args.scenario == "actor-kill" else not late)
+    zero_failed = args.scenario in ("actor-kill", "memory")
+    ok = ok and (report.num_failed == 0 if zero_failed else not late)
     return 0 if ok else 1

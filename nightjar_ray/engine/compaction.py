@@ -21,6 +21,7 @@ from typing import Any
 
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
 from nightjar_ray.engine.memory_event import MemoryEvent
+from nightjar_ray.metrics.telemetry import EngineTelemetry
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class CompactionCycle:
         region_blocks: int,
         cycle_steps: int,
         clock: Callable[[], float] = time.perf_counter,
+        telemetry: EngineTelemetry | None = None,
     ) -> None:
         if not 1 <= region_blocks < pool.num_blocks - 1:
             raise ValueError(
@@ -60,6 +62,7 @@ class CompactionCycle:
         self.region_blocks = region_blocks
         self.cycle_steps = cycle_steps
         self.clock = clock
+        self.telemetry = telemetry
         self.stats = CompactionStats()
         self.contracted = False
         self._steps_since_event = 0
@@ -71,17 +74,17 @@ class CompactionCycle:
         if self._steps_since_event < self.cycle_steps:
             return None
         if self.contracted:
-            self._expand()
-            return None
+            return self._expand()
         return self._contract()
 
-    def _expand(self) -> None:
+    def _expand(self) -> MemoryEvent:
         start = self.clock()
         assert self.pool.can_expand(self.region_blocks)
         self.pool.expand(self.region_blocks)
         self.stats.expand_s += self._done("expand", start)
         self.stats.num_expansions += 1
         self.contracted = False
+        return MemoryEvent(num_blocks=self.pool.num_blocks)
 
     def _contract(self) -> MemoryEvent | None:
         start = self.clock()
@@ -95,12 +98,15 @@ class CompactionCycle:
         self.stats.num_moved_blocks += len(moves)
         self.contracted = True
         boundary = self.pool.num_blocks
-        return MemoryEvent(moves=moves, release=(boundary, boundary + self.region_blocks))
+        release = (boundary, boundary + self.region_blocks)
+        return MemoryEvent(moves=moves, release=release, num_blocks=boundary)
 
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
         """Check the pool, log the event; returns its duration (seconds, check excluded)."""
         duration_s = self.clock() - start_s
         self.pool.check()
+        if self.telemetry is not None:
+            self.telemetry.record_memory_event(kind, duration_s)
         self._steps_since_event = 0
         logger.info(
             "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",

@@ -16,7 +16,9 @@ store is a file (``store_dir``): an offload then really returns the RAM.
 
 NOTE: parameters the draft shares with the target (same storage) stay resident.
 NOTE: on CPU, vLLM may prepack linear weights into oneDNN/sgl handles and drop
-``layer.weight``; such a draft cannot be offloaded yet (``ValueError`` at install).
+``layer.weight``; the worker captures those weights while the drafter loads
+(``draft_prepack.py``), an offload drops the handles and a reload packs them again. A
+prepacked layer that was not captured is a ``ValueError`` at install.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from nightjar_ray.engine.draft_prepack import PrepackCapture, drop_handle, store_removed_weights
 
 
 @dataclass
@@ -52,6 +56,10 @@ class OffloadStats:
     """Every verified reload so far restored bit-identical weights."""
     num_verified_reloads: int = 0
     """Reloads checked by digest (``verify=True``)."""
+    num_prepacked_layers: int = 0
+    """Draft layers whose weight vLLM's CPU backend packed and dropped: the offload drops
+    their handles and the reload packs them again (embeddings, which keep their weight,
+    are dispatched again too and not counted)."""
     resident: bool = True
 
     def to_json(self) -> dict[str, Any]:
@@ -63,13 +71,14 @@ def _digest(tensor: torch.Tensor) -> str:
     return hashlib.sha256(data.tobytes()).hexdigest()
 
 
-def _check_not_prepacked(model: torch.nn.Module) -> None:
+def _check_not_prepacked(model: torch.nn.Module, known: set[int]) -> None:
     for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and weight is not None and weight.numel() == 0:
+        prepacked = hasattr(module, "cpu_linear") and weight is not None and weight.numel() == 0
+        if prepacked and id(module) not in known:
             raise ValueError(
-                f"draft layer {name!r} is prepacked for the CPU (its weight was dropped); "
-                "elastic draft offload needs the unpacked path (docs/memory.md)"
+                f"draft layer {name!r} is prepacked for the CPU (its weight was dropped) "
+                "and its weight was not captured at load (docs/memory.md)"
             )
 
 
@@ -83,8 +92,12 @@ class DraftOffloader:
         store_dir: str | None = None,
         verify: bool = True,
         reload_delay_s: float = 0.0,
+        prepack: PrepackCapture | None = None,
     ) -> None:
-        _check_not_prepacked(draft)
+        modules = {id(m) for m in draft.modules()}
+        self._packed = [x for x in (prepack.layers if prepack else []) if id(x.module) in modules]
+        self._prepack = prepack
+        _check_not_prepacked(draft, {id(x.module) for x in self._packed})
         shared = {p.untyped_storage().data_ptr() for p in target.parameters()}
         self._params = [
             (name, p)
@@ -95,10 +108,30 @@ class DraftOffloader:
         self._dir = Path(store_dir or tempfile.gettempdir()) / "nightjar-ray-draft"
         self._host: dict[str, torch.Tensor] = {}
         self._loaded: dict[str, torch.Tensor] = {}
+        self._loaded_packed: dict[str, torch.Tensor] = {}
         self._thread: threading.Thread | None = None
         self._reload_delay_s = reload_delay_s
         self._error: BaseException | None = None
-        self.stats = OffloadStats(draft_bytes=sum(p.nbytes for _, p in self._params))
+        packed = self._store_packed(verify)
+        self.stats = OffloadStats(
+            draft_bytes=sum(p.nbytes for _, p in self._params) + packed,
+            num_prepacked_layers=sum(layer.remove_weight for layer in self._packed),
+        )
+
+    def _store_packed(self, verify: bool) -> int:
+        """Prepacked layers' removed weights go to their own file now (the handles hold
+        the draft in memory); returns their bytes (the handles' size, approximately)."""
+        if not any(x.weight is not None for x in self._packed):
+            return 0
+        self._dir.mkdir(parents=True, exist_ok=True)
+        weights = store_removed_weights(self._packed, self._packed_file)
+        if verify:
+            self._digests.update({f"packed.{k}": _digest(w) for k, w in weights.items()})
+        return sum(w.nbytes for w in weights.values())
+
+    @property
+    def _packed_file(self) -> Path:
+        return self._dir / f"draft-packed-{os.getpid()}.pt"
 
     @property
     def _file(self) -> Path:
@@ -118,6 +151,8 @@ class DraftOffloader:
         self._host = host
         for _, p in self._params:
             p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+        for layer in self._packed:
+            drop_handle(layer.module)
         self.stats.num_offloads += 1
         self.stats.offload_s += time.perf_counter() - start
         self.stats.resident = False
@@ -151,6 +186,8 @@ class DraftOffloader:
         time.sleep(self._reload_delay_s)
         try:
             host = self._host or torch.load(self._file, weights_only=True)
+            if any(layer.remove_weight for layer in self._packed):
+                self._loaded_packed = torch.load(self._packed_file, weights_only=True)
             device = self._params[0][1].device if self._params else torch.device("cpu")
             if device.type == "cpu":
                 self._loaded = dict(host)
@@ -163,6 +200,13 @@ class DraftOffloader:
             self._error = error
         self.stats.reload_background_s += time.perf_counter() - start
 
+    def _verify(self) -> None:
+        """Digest every restored weight (parameters and prepacked layers' weights)."""
+        now = {n: _digest(p.data) for n, p in self._params}
+        now.update({f"packed.{k}": _digest(w) for k, w in self._loaded_packed.items()})
+        self.stats.weights_identical &= now == self._digests
+        self.stats.num_verified_reloads += 1
+
     def finish_reload(self) -> None:
         """Wait for the started reload and point the parameters at the loaded tensors."""
         assert self._thread is not None, "finish_reload() without start_reload()"
@@ -173,13 +217,15 @@ class DraftOffloader:
             raise RuntimeError("draft reload failed") from self._error
         for name, p in self._params:
             p.data = self._loaded[name]
-        self._loaded, self._host = {}, {}
+        if self._digests:
+            self._verify()
+        packed = self._loaded_packed
+        for i, layer in enumerate(self._packed):
+            assert self._prepack is not None
+            self._prepack.redispatch(layer, packed.get(str(i)))
+        self._loaded, self._host, self._loaded_packed = {}, {}, {}
         if self._file.exists():
             self._file.unlink()
-        if self._digests:
-            identical = all(_digest(p.data) == self._digests[n] for n, p in self._params)
-            self.stats.weights_identical &= identical
-            self.stats.num_verified_reloads += 1
         self.stats.num_reloads += 1
         self.stats.reload_s += time.perf_counter() - start
         self.stats.resident = True

@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from nightjar_ray.engine.config import ElasticMemoryConfig
@@ -61,9 +61,8 @@ class ControllerStats:
     """Steps between a reload's dispatch and its resume (the draft loading meanwhile)."""
     expand_s: float = 0.0
     contract_s: float = 0.0
-
-    memory_events: dict[str, list[float]] = field(default_factory=dict)
-    """The telemetry's ``[count, seconds]`` per event kind (what the metrics export)."""
+    reload_wall_s: float = 0.0
+    """Wall time from each reload's dispatch to its resume (steps ran meanwhile)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,12 +89,10 @@ class ElasticController:
             num_blocks=pool.num_gpu_blocks,
             num_stock_blocks=pool.num_gpu_blocks,
             peak_num_blocks=pool.num_gpu_blocks,
-            memory_events=telemetry.memory_events,
         )
         self._pending: MemoryAction | None = None
         self._draft_ready = False
         self._reload_start_s = 0.0
-        self._offload_seen_s = 0.0
 
     @property
     def draft_away(self) -> bool:
@@ -106,16 +103,10 @@ class ElasticController:
     def num_region_blocks(self) -> int:
         return self.stats.num_max_blocks - self.stats.num_stock_blocks
 
-    def on_worker_output(
-        self, num_max_blocks: int | None, draft_ready: bool, offload_s: float
-    ) -> None:
-        """Facts rank 0 stamped on a step output (``worker_memory.py``): N_max, whether
-        a reload finished loading, and its cumulative offload time (counted here as the
-        "offload" events' seconds)."""
+    def on_worker_output(self, num_max_blocks: int | None, draft_ready: bool) -> None:
+        """Facts rank 0 stamped on a step output (``worker_memory.py``): N_max and
+        whether a started reload finished loading."""
         self._draft_ready = draft_ready
-        if offload_s > self._offload_seen_s:
-            self.telemetry.record_memory_event("offload", offload_s - self._offload_seen_s)
-            self._offload_seen_s = offload_s
         if self.triggers is not None or num_max_blocks is None:
             return
         self.stats.num_max_blocks = num_max_blocks
@@ -178,7 +169,7 @@ class ElasticController:
         self.stats.expand_s += duration_s
         self.residency = DraftResidency.OFFLOADED
         self.telemetry.draft_resident = False
-        return MemoryEvent(draft_commands=("offload",))
+        return MemoryEvent(draft_commands=("offload",), num_blocks=self.pool.num_blocks)
 
     def _contract(self) -> MemoryEvent | None:
         assert self.pool is not None
@@ -197,12 +188,14 @@ class ElasticController:
         self._reload_start_s = self.clock()
         boundary = self.pool.num_blocks
         release = (boundary, boundary + self.num_region_blocks)
-        return MemoryEvent(moves=moves, release=release, draft_commands=("reload",))
+        return MemoryEvent(
+            moves=moves, release=release, draft_commands=("reload",), num_blocks=boundary
+        )
 
     def _resume(self) -> MemoryEvent:
         self.residency = DraftResidency.RESIDENT
         self.telemetry.draft_resident = True
-        self.telemetry.record_memory_event("reload", self.clock() - self._reload_start_s)
+        self.stats.reload_wall_s += self.clock() - self._reload_start_s
         self.stats.residency = self.residency.value
         return MemoryEvent(draft_commands=("resume",))
 

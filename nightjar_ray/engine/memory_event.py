@@ -36,9 +36,13 @@ class MemoryEvent:
     moves: Mapping[int, int] = field(default_factory=dict)
     release: tuple[int, int] | None = None
     draft_commands: tuple[DraftCommand, ...] = ()
+    num_blocks: int | None = None
+    """The scheduler's pool size after this event, when the pool changed (every rank
+    checks it fits its arena and records it, so ranks can be compared event by event)."""
 
     def __bool__(self) -> bool:
-        return bool(self.moves) or self.release is not None or bool(self.draft_commands)
+        changes = self.release is not None or self.num_blocks is not None
+        return changes or bool(self.moves) or bool(self.draft_commands)
 
     def merge(self, other: MemoryEvent | None) -> MemoryEvent:
         """Both events' work (at most one of them may move or release blocks)."""
@@ -48,8 +52,10 @@ class MemoryEvent:
             return other
         assert not (self.moves and other.moves), "two block moves in one step"
         assert self.release is None or other.release is None, "two releases in one step"
+        assert self.num_blocks is None or other.num_blocks is None, "two pool changes"
         return MemoryEvent(
             moves=self.moves or other.moves,
             release=self.release if self.release is not None else other.release,
             draft_commands=self.draft_commands + other.draft_commands,
+            num_blocks=self.num_blocks if self.num_blocks is not None else other.num_blocks,
         )

@@ -37,7 +37,7 @@ from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.memory_controller import ElasticController
 from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
 from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.engine.worker_memory import DRAFT_READY_ATTR, MAX_BLOCKS_ATTR, OFFLOAD_S_ATTR
+from nightjar_ray.engine.worker_memory import DRAFT_EVENTS_ATTR, DRAFT_READY_ATTR, MAX_BLOCKS_ATTR
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 from nightjar_ray.serve.context import SERVE_CONTEXT_ENV
 
@@ -73,6 +73,7 @@ class NightjarScheduler(Scheduler):
             telemetry=self.telemetry,
         )
         self._catch_up_seen = (0.0, 0)
+        self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
         self.serve_link = self._start_serve_link()
         self._tracks_lag = cfg.draft_sync != "stock"
         self.draft_lag = DraftLagTracker()
@@ -96,7 +97,9 @@ class NightjarScheduler(Scheduler):
             return None
         pool = self.kv_cache_manager.block_pool
         elastic = ElasticBlockPool(pool, max_num_blocks=pool.num_gpu_blocks)
-        return CompactionCycle(elastic, cfg.chaos_region_blocks, cfg.chaos_cycle_steps)
+        return CompactionCycle(
+            elastic, cfg.chaos_region_blocks, cfg.chaos_cycle_steps, telemetry=self.telemetry
+        )
 
     def _start_serve_link(self) -> Any:
         raw = os.environ.get(SERVE_CONTEXT_ENV)
@@ -131,7 +134,10 @@ class NightjarScheduler(Scheduler):
         """What the workers apply before this step's forward pass (``worker_memory.py``)."""
         if event:
             setattr(out, EVENT_ATTR, event)
-        stats: dict[str, Any] = {"num_preemptions": self.num_preemptions}
+        stats: dict[str, Any] = {
+            "num_preemptions": self.num_preemptions,
+            "memory_events": {k: list(v) for k, v in self.telemetry.memory_events.items()},
+        }
         for driver in (self.memory, self.compaction, self.draft_cycle):
             if driver is not None:
                 stats.update(driver.stats.to_json())
@@ -213,12 +219,24 @@ class NightjarScheduler(Scheduler):
             num_accepted += min(len(sampled[i]) - 1, len(drafts))
         self.nightjar.on_output(num_tokens, num_draft, num_accepted)
         self._count_catch_up(runner_output)
+        self._count_draft_events(getattr(runner_output, DRAFT_EVENTS_ATTR, None))
         if self.memory is not None:
             self.memory.on_worker_output(
                 getattr(runner_output, MAX_BLOCKS_ATTR, None),
                 getattr(runner_output, DRAFT_READY_ATTR, False),
-                getattr(runner_output, OFFLOAD_S_ATTR, 0.0),
             )
+
+    def _count_draft_events(self, events: Any) -> None:
+        """Rank 0's cumulative ``((offloads, seconds), (reloads, seconds))`` into the
+        telemetry the metrics export (each kind once its count moves)."""
+        if events is None:
+            return
+        for i, kind in enumerate(("offload", "reload")):
+            (seen_n, seen_s), (now_n, now_s) = self._draft_events_seen[i], events[i]
+            if now_n > seen_n:
+                for _ in range(now_n - seen_n):
+                    self.telemetry.record_memory_event(kind, (now_s - seen_s) / (now_n - seen_n))
+                self._draft_events_seen[i] = (now_n, now_s)
 
     def _count_catch_up(self, runner_output: Any) -> None:
         """Workers stamp their cumulative catch-up work on the output (``worker.py``)."""

@@ -16,6 +16,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.memory_event import STATS_ATTR
 from nightjar_ray.engine.worker_memory import WorkerMemory
@@ -29,6 +30,17 @@ class _NightjarWorkerMixin:
     _nightjar_sync: DraftSync | None = None
     _memory: WorkerMemory | None = None
     _scheduler_stats: dict[str, Any] | None = None
+    _prepack: PrepackCapture | None = None
+
+    def _capture_prepacked_draft(self) -> None:
+        """Before loading: if the draft may be offloaded, keep the weights vLLM's CPU
+        backend prepacks and drops while the drafter loads (``draft_prepack.py``)."""
+        config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
+        elastic = config.elastic_memory
+        drafter = getattr(self.model_runner, "drafter", None)
+        if (elastic.enabled or elastic.chaos_offload_steps) and hasattr(drafter, "load_model"):
+            self._prepack = PrepackCapture()
+            self._prepack.wrap_drafter(drafter)
 
     def _install_nightjar(self) -> None:
         if self.vllm_config.speculative_config is None:
@@ -37,7 +49,7 @@ class _NightjarWorkerMixin:
         self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
         if config.elastic_memory.any_enabled:
             self._memory = WorkerMemory(
-                self.model_runner, config.elastic_memory, self._nightjar_sync
+                self.model_runner, config.elastic_memory, self._nightjar_sync, self._prepack
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -80,6 +92,10 @@ class _NightjarWorkerMixin:
 class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
     """vLLM's CPU worker with the Nightjar draft hook."""
 
+    def load_model(self, *args: Any, **kwargs: Any) -> Any:
+        self._capture_prepacked_draft()
+        return super().load_model(*args, **kwargs)
+
     def compile_or_warm_up_model(self) -> Any:
         out = super().compile_or_warm_up_model()
         self._install_nightjar()
@@ -95,6 +111,10 @@ class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
 
 class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
     """vLLM's GPU worker with the Nightjar draft hook."""
+
+    def load_model(self, *args: Any, **kwargs: Any) -> Any:
+        self._capture_prepacked_draft()
+        return super().load_model(*args, **kwargs)
 
     def compile_or_warm_up_model(self) -> Any:
         out = super().compile_or_warm_up_model()

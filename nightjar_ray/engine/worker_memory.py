@@ -10,7 +10,8 @@ The worker also reports two facts on each step's output for the scheduler (rank 
 output is the one it reads): ``nightjar_num_max_blocks`` (N_max, computed from this
 rank's KV pages and draft weights, ``kv_rebind.num_max_blocks``),
 ``nightjar_draft_ready`` (a background reload has finished loading) and
-``nightjar_offload_s`` (cumulative offload time, for the metrics).
+``nightjar_draft_events`` (cumulative offloads and reloads with the step loop's time in
+them, which the scheduler counts into the telemetry the metrics export).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from nightjar_ray.engine.block_remap import apply_block_moves
 from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.draft_offload import DraftOffloader
+from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import num_max_blocks, rebind_kv_to_arena
 from nightjar_ray.engine.memory_event import EVENT_ATTR, MemoryEvent
@@ -27,13 +29,19 @@ from nightjar_ray.memory.kernels import build_block_mover
 
 MAX_BLOCKS_ATTR = "nightjar_num_max_blocks"
 DRAFT_READY_ATTR = "nightjar_draft_ready"
-OFFLOAD_S_ATTR = "nightjar_offload_s"
+DRAFT_EVENTS_ATTR = "nightjar_draft_events"
 
 
 class WorkerMemory:
     """One rank's arena, block mover and draft offloader (see module docstring)."""
 
-    def __init__(self, model_runner: Any, config: ElasticMemoryConfig, sync: DraftSync) -> None:
+    def __init__(
+        self,
+        model_runner: Any,
+        config: ElasticMemoryConfig,
+        sync: DraftSync,
+        prepack: PrepackCapture | None = None,
+    ) -> None:
         self.runner = model_runner
         self.sync = sync
         self.mover = build_block_mover(config.block_mover)
@@ -42,6 +50,10 @@ class WorkerMemory:
         self.num_released_bytes = 0
         self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
         self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
+        self.num_blocks = self.num_stock_blocks
+        """The pool's size as of the last event this rank applied."""
+        self.history: list[list[Any]] = []
+        """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
         self.offloader: DraftOffloader | None = None
         if (config.enabled or config.chaos_offload_steps) and hasattr(drafter, "model"):
@@ -50,6 +62,7 @@ class WorkerMemory:
                 model_runner.model,
                 verify=config.self_check,
                 reload_delay_s=config.chaos_reload_delay_s,
+                prepack=prepack,
             )
         self.self_check = config.self_check
         self.peak_committed_bytes = 0
@@ -89,6 +102,15 @@ class WorkerMemory:
             self._release(*event.release)
         for command in event.draft_commands:
             self._draft_command(command)
+        if event.num_blocks is not None:
+            if event.num_blocks > self.arena.num_slot_blocks:
+                raise RuntimeError(
+                    f"the pool grew to {event.num_blocks} blocks; this rank's arena holds "
+                    f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
+                )
+            self.num_blocks = event.num_blocks
+        resident = self.offloader is None or self.offloader.stats.resident
+        self.history.append([self.num_blocks, resident, list(event.draft_commands)])
 
     @property
     def _draft_away(self) -> bool:
@@ -129,7 +151,10 @@ class WorkerMemory:
         setattr(output, MAX_BLOCKS_ATTR, self.num_max_blocks)
         ready = self.offloader is not None and self.offloader.reload_ready()
         setattr(output, DRAFT_READY_ATTR, ready)
-        setattr(output, OFFLOAD_S_ATTR, self.offloader.stats.offload_s if self.offloader else 0.0)
+        if self.offloader is not None:
+            d = self.offloader.stats
+            events = ((d.num_offloads, d.offload_s), (d.num_reloads, d.reload_s))
+            setattr(output, DRAFT_EVENTS_ATTR, events)
 
     def stats(self) -> dict[str, Any]:
         """Blocks this rank moved, table entries it rewrote, bytes it released, its
@@ -140,6 +165,8 @@ class WorkerMemory:
             "stock_kv_bytes": self.stock_kv_bytes,
             "num_stock_blocks": self.num_stock_blocks,
             "num_max_blocks": self.num_max_blocks,
+            "num_blocks": self.num_blocks,
+            "history": self.history,
             "block_bytes": self.block_bytes,
             "target_block_bytes": self.target_block_bytes,
             "peak_committed_bytes": self.peak_committed_bytes,

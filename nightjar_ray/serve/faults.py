@@ -90,3 +90,22 @@ def replicas_replaced(app: str, killed: str, target: int) -> bool:
             running = {str(k).rsplit(".", 1)[-1]: v for k, v in deployment.replica_states.items()}
             return running.get("RUNNING", 0) >= target
     return False
+
+
+def memory_event_counts(app: str) -> dict[str, int] | None:
+    """Elastic-memory events (``offload``, ``reload``, ``expand``, ``contract``) summed over
+    the replicas' latest reports to the policy actor; ``None`` when it cannot be read."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        status = ray.get(policy_actor(app).status.remote(), timeout=10)
+    except (RayError, RuntimeError):
+        return None
+    counts: dict[str, int] = {}
+    for replica in status["replicas"].values():
+        for kind, (count, _seconds) in (
+            (replica.get("report") or {}).get("memory_events", {}).items()
+        ):
+            counts[kind] = counts.get(kind, 0) + int(count)
+    return counts

@@ -85,10 +85,11 @@ def test_compaction_cycle_alternates_retries_and_counts() -> None:
     elastic.pool.free_blocks(held[:5])  # ids 1..5 free, 8..11 live in the region
     event = cycle.before_schedule()
     assert event is not None and sorted(event.moves) == [8, 9, 10, 11] and cycle.contracted
-    assert event.release == (8, 12) and not event.draft_commands
+    assert event.release == (8, 12) and event.num_blocks == 8 and not event.draft_commands
     assert elastic.num_blocks == 8
     assert cycle.before_schedule() is None and cycle.contracted  # waits cycle_steps
-    assert cycle.before_schedule() is None and not cycle.contracted
+    expanded = cycle.before_schedule()
+    assert expanded is not None and expanded.num_blocks == 12 and not cycle.contracted
     assert elastic.num_blocks == 12
     stats = cycle.stats.to_json()
     assert stats["num_contractions"] == stats["num_expansions"] == 1

@@ -103,7 +103,9 @@ def test_tp2_ranks_apply_the_same_moves_and_stay_lossless(
         ranks = llm.collective_rpc("nightjar_memory_stats")
     assert outputs == tp2_reference
     assert len(ranks) == 2
-    same = ("num_moved_blocks", "num_remapped_entries", "scheduler", "num_released_bytes")
+    same = (
+        "num_moved_blocks", "num_remapped_entries", "scheduler", "num_released_bytes", "history"
+    )  # fmt: skip
     assert [ranks[0][k] for k in same] == [ranks[1][k] for k in same]
     assert ranks[0]["num_moved_blocks"] > 0
     assert ranks[0]["num_moved_blocks"] == ranks[0]["scheduler"]["num_moved_blocks"]
@@ -134,8 +136,13 @@ def test_tp2_ranks_offload_grow_compact_and_reload_together(
     sched = ranks[0]["scheduler"]
     assert sched["num_expansions"] >= 1 and sched["num_contractions"] >= 1
     assert sched["peak_num_blocks"] == ranks[0]["num_max_blocks"] > ranks[0]["num_stock_blocks"]
-    same = ("num_max_blocks", "num_moved_blocks", "scheduler", "num_released_bytes")
+    # both ranks agree on residency and pool size after every event, in order
+    same = ("num_max_blocks", "num_moved_blocks", "scheduler", "num_released_bytes", "history")
     assert [ranks[0][k] for k in same] == [ranks[1][k] for k in same]
+    history = ranks[0]["history"]
+    n_max, n_orig = ranks[0]["num_max_blocks"], ranks[0]["num_stock_blocks"]
+    assert [n_max, False, ["offload"]] in history and [n_orig, False, ["reload"]] in history
+    assert history[-1] == [n_orig, True, ["resume"]]
     for rank in ranks:
         draft = rank["draft"]
         assert draft["num_offloads"] == sched["num_expansions"]
