@@ -102,18 +102,33 @@ class CompactionCycle:
         return MemoryEvent(moves=moves, release=release, num_blocks=boundary)
 
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
-        """Check the pool, log the event; returns its duration (seconds, check excluded)."""
-        duration_s = self.clock() - start_s
-        self.pool.check()
-        if self.telemetry is not None:
-            self.telemetry.record_memory_event(kind, duration_s)
+        """Check, count and log the event; returns its duration (seconds, check excluded)."""
         self._steps_since_event = 0
-        logger.info(
-            "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
-            kind,
-            self.region_blocks,
-            num_moved,
-            duration_s * 1e3,
-            self.pool.num_blocks,
+        return finish_pool_event(
+            self.pool, kind, self.clock() - start_s, self.region_blocks, num_moved, self.telemetry
         )
-        return duration_s
+
+
+def finish_pool_event(
+    pool: ElasticBlockPool,
+    kind: str,
+    duration_s: float,
+    num_region_blocks: int,
+    num_moved: int,
+    telemetry: EngineTelemetry | None,
+) -> float:
+    """After an expansion or contraction (this cycle's or the memory controller's): check
+    the pool's accounting, count the event in the telemetry the metrics export, log it;
+    returns ``duration_s`` (taken before the O(N) check)."""
+    pool.check()
+    if telemetry is not None:
+        telemetry.record_memory_event(kind, duration_s)
+    logger.info(
+        "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
+        kind,
+        num_region_blocks,
+        num_moved,
+        duration_s * 1e3,
+        pool.num_blocks,
+    )
+    return duration_s

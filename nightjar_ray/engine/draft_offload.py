@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ class DraftOffloader:
         self._reload_delay_s = reload_delay_s
         self._error: BaseException | None = None
         packed = self._store_packed(verify)
+        for path in (self._file, self._packed_file):  # an engine may stop with the draft away
+            weakref.finalize(self, path.unlink, missing_ok=True)
         self.stats = OffloadStats(
             draft_bytes=sum(p.nbytes for _, p in self._params) + packed,
             num_prepacked_layers=sum(layer.remove_weight for layer in self._packed),

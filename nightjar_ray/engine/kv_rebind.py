@@ -34,7 +34,7 @@ DRAFT_LAYER_PREFIX = "draft_model."
 """vLLM registers the draft model's attention layers under this prefix."""
 
 
-def _layer_order(model_runner: Any) -> tuple[list[int], tuple[int, ...]]:
+def kv_layer_order(model_runner: Any) -> tuple[list[int], tuple[int, ...]]:
     """The runner's KV views in buffer order, and the positions of the draft's layers."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     order = sorted(range(len(kv_caches)), key=lambda i: kv_caches[i].storage_offset())
@@ -60,7 +60,7 @@ def num_max_blocks(model_runner: Any, draft_bytes: int) -> int:
     may hold N_max blocks and the committed bytes stay within stock."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     num_blocks = _check_layout(kv_caches)
-    order, draft_positions = _layer_order(model_runner)
+    order, draft_positions = kv_layer_order(model_runner)
     pages = [int(kv_caches[i][0].nbytes) for i in order]
     full = sum(pages)
     target = full - sum(pages[p] for p in draft_positions)
@@ -89,7 +89,7 @@ def rebind_kv_to_arena(
             "elastic_memory needs the KV arena, built for the CPU only so far "
             "(GPU: CUDA virtual memory, docs/memory.md)"
         )
-    order, draft_positions = _layer_order(model_runner)
+    order, draft_positions = kv_layer_order(model_runner)
     arena = KVArena([kv_caches[i][0].nbytes for i in order], slots)
     context = model_runner.compilation_config.static_forward_context
     for position, index in enumerate(order):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nightjar_ray.engine.compaction import finish_pool_event
 from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.elastic_pool import ElasticBlockPool
 from nightjar_ray.engine.memory_event import MemoryEvent
@@ -167,8 +168,7 @@ class ElasticController:
         duration_s = self._done("expand", start)
         self.stats.num_expansions += 1
         self.stats.expand_s += duration_s
-        self.residency = DraftResidency.OFFLOADED
-        self.telemetry.draft_resident = False
+        self._set_residency(DraftResidency.OFFLOADED)
         return MemoryEvent(draft_commands=("offload",), num_blocks=self.pool.num_blocks)
 
     def _contract(self) -> MemoryEvent | None:
@@ -183,7 +183,7 @@ class ElasticController:
         self.stats.num_contractions += 1
         self.stats.num_moved_blocks += len(moves)
         self.stats.contract_s += duration_s
-        self.residency = DraftResidency.RELOADING
+        self._set_residency(DraftResidency.RELOADING)
         self._draft_ready = False
         self._reload_start_s = self.clock()
         boundary = self.pool.num_blocks
@@ -193,29 +193,28 @@ class ElasticController:
         )
 
     def _resume(self) -> MemoryEvent:
-        self.residency = DraftResidency.RESIDENT
-        self.telemetry.draft_resident = True
+        self._set_residency(DraftResidency.RESIDENT)
         self.stats.reload_wall_s += self.clock() - self._reload_start_s
-        self.stats.residency = self.residency.value
         return MemoryEvent(draft_commands=("resume",))
 
+    def _set_residency(self, residency: DraftResidency) -> None:
+        """One place for the state, its stats entry and the exported gauge."""
+        self.residency = residency
+        self.stats.residency = residency.value
+        self.telemetry.draft_resident = residency is DraftResidency.RESIDENT
+
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
-        """Check the pool, count and log the event; returns its duration (check excluded)."""
+        """Check, count and log the event (``compaction.finish_pool_event``); returns its
+        duration (check excluded)."""
         assert self.pool is not None
-        duration_s = self.clock() - start_s
-        self.pool.check()
-        self.telemetry.record_memory_event(kind, duration_s)
-        self.stats.num_blocks = self.pool.num_blocks
-        self.stats.peak_num_blocks = max(self.stats.peak_num_blocks, self.pool.num_blocks)
-        self.stats.residency = (
-            DraftResidency.OFFLOADED if kind == "expand" else DraftResidency.RELOADING
-        ).value
-        logger.info(
-            "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
+        duration_s = finish_pool_event(
+            self.pool,
             kind,
+            self.clock() - start_s,
             self.num_region_blocks,
             num_moved,
-            duration_s * 1e3,
-            self.pool.num_blocks,
+            self.telemetry,
         )
+        self.stats.num_blocks = self.pool.num_blocks
+        self.stats.peak_num_blocks = max(self.stats.peak_num_blocks, self.pool.num_blocks)
         return duration_s

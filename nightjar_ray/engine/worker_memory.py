@@ -23,7 +23,7 @@ from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
-from nightjar_ray.engine.kv_rebind import num_max_blocks, rebind_kv_to_arena
+from nightjar_ray.engine.kv_rebind import kv_layer_order, num_max_blocks, rebind_kv_to_arena
 from nightjar_ray.engine.memory_event import EVENT_ATTR, MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
 
@@ -78,8 +78,7 @@ class WorkerMemory:
         self.target_positions = tuple(
             p for p in range(len(pages)) if p not in set(self.draft_positions)
         )
-        kv = list(model_runner.kv_caches)
-        order = sorted(range(len(kv)), key=lambda i: kv[i].storage_offset())
+        order, _ = kv_layer_order(model_runner)
         self.target_kv_indices = tuple(order[p] for p in self.target_positions)
         """Positions in ``model_runner.kv_caches`` of the target's layers."""
 
