@@ -123,6 +123,20 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+MEASURED, LEARNING, KERNEL_WARMUP = 0, 1, 2
+"""Phases of ``prompt_seed``."""
+
+
+def prompt_seed(phase: int, round_idx: int, batch: int) -> int:
+    """Seed of the prompts of one (phase, round, batch size), distinct for each.
+
+    # NOTE: vLLM's prefix cache is on, so a prompt an engine has seen is served from
+    # cache the second time: no prefill, and nightjar's draft catches up over it
+    # (engine/lag.py). The prefill-heavy run of issue 15 reused B=1's prompts at B=4.
+    """
+    return (phase * 1000 + round_idx) * 1000 + batch
+
+
 def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests: int = 1) -> float:
     """Tokens/s over ``ceil(min_requests / batch)`` consecutive batches of distinct prompts.
 
@@ -162,7 +176,9 @@ def interleaved(
     with ExitStack() as stack:
         llms = {n: stack.enter_context(offline_engine(pair, **kw)) for n, kw in engines.items()}
         for name, llm in llms.items():
-            tps(llm, batches[-1], args, seed=99)  # warm-up: shapes, kernels
+            tps(
+                llm, batches[-1], args, prompt_seed(KERNEL_WARMUP, 0, batches[-1])
+            )  # warm-up: shapes, kernels
             print(f"warm: {name}", flush=True)
         for r in range(args.rounds):
             order = list(llms.items())
@@ -171,7 +187,7 @@ def interleaved(
                     # NOTE: an idle vLLM worker busy-polls for ~1 s after its last
                     # step; settle so it does not steal a core from the next engine.
                     time.sleep(args.settle_s)
-                    samples[name][b].append(tps(llm, b, args, seed=r))
+                    samples[name][b].append(tps(llm, b, args, prompt_seed(MEASURED, r, b)))
     return {n: {b: statistics.median(v) for b, v in per.items()} for n, per in samples.items()}
 
 
@@ -221,7 +237,7 @@ def warm_up(llm: Any, args: argparse.Namespace, batches: tuple[int, ...]) -> dic
     for r in range(args.warmup_rounds):
         for b in batches:
             time.sleep(args.warmup_settle_s)
-            warmup[b].append(tps(llm, b, args, seed=1000 + r))
+            warmup[b].append(tps(llm, b, args, prompt_seed(LEARNING, r, b)))
         print(f"warm-up round {r} done", flush=True)
     return {b: statistics.mean(v) for b, v in warmup.items()}
 
@@ -236,7 +252,9 @@ def measured_rounds(
         for b in measured:
             for label, llm in order if r % 2 == 0 else order[::-1]:
                 time.sleep(args.settle_s)
-                samples[label][b].append(tps(llm, b, args, r, args.min_requests))
+                samples[label][b].append(
+                    tps(llm, b, args, prompt_seed(MEASURED, r, b), args.min_requests)
+                )
         print(f"e2e round {r} done", flush=True)
     return samples
 
@@ -264,7 +282,9 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             for label, name, params in lineup
         }
         for llm in llms.values():
-            tps(llm, 4, args, seed=99)  # engine warm-up (kernels), not policy learning
+            tps(
+                llm, 4, args, prompt_seed(KERNEL_WARMUP, 0, 4)
+            )  # engine warm-up (kernels), not policy learning
         warmup = warm_up(llms["nightjar"], args, tuple(sorted({*measured, *BATCHES[:2]})))
         samples = measured_rounds(llms, measured, args)
     res: dict[str, Any] = {

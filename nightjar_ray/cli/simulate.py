@@ -153,6 +153,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().reclaim_draft_kv,
         help="Offload frees the draft's per-block KV share too (docs/simulator.md).",
     )
+    p.add_argument(
+        "--policy-seed-offset",
+        type=int,
+        default=RunKnobs().policy_seed_offset,
+        help="Shift the policies' RNG seeds only (same workload): their own randomness.",
+    )
     p.add_argument("--seed", type=int, default=0)
 
 

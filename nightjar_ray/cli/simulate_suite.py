@@ -15,7 +15,7 @@ from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, default_conten
 from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
 from nightjar_ray.sim.suite import SUITE
-from nightjar_ray.sim.suite_report import run_suite, suite_table
+from nightjar_ray.sim.suite_report import run_suite, suite_table, suite_totals
 
 
 def add_suite_parser(sub: Any) -> None:
@@ -32,6 +32,12 @@ def add_suite_parser(sub: Any) -> None:
         choices=["prefill-corrected", "pure", "step", "decode"],
         default=None,
         help="Observation rule (default: the engine's default).",
+    )
+    p.add_argument(
+        "--policy-seed-offset",
+        type=int,
+        default=0,
+        help="Shift the policies' RNG seeds only (same workloads): their own randomness.",
     )
     p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
     p.set_defaults(func=run)
@@ -72,11 +78,14 @@ def run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
-    knob_args = {} if args.observed_time is None else {"observed_time": args.observed_time}
+    knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
+    if args.observed_time is not None:
+        knob_args["observed_time"] = args.observed_time
     knobs = ScenarioConfig.model_validate(knob_args).knobs
     contenders = suite_contenders(json.loads(args.nightjar_params), args.with_paper_preset)
     cells = run_suite(settings, workloads, seeds, contenders, knobs, args.jobs)
     labels = [c.label for c in contenders if c.label in ("nightjar", "nightjar-paper")]
     print(f"observation rule: {knobs.observed_time}; seeds {seeds}")
     print("\n".join(suite_table(cells, [*labels, "off"])))
+    print("\n".join(["", *suite_totals(cells, [*labels, "off"])]))
     return 0

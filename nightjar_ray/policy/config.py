@@ -84,6 +84,27 @@ class NightjarPolicyConfig(PolicyConfig):
             "simulator's suite (docs/policies.md), so off by default."
         ),
     )
+    min_arm_tokens_per_req: float = Field(
+        1.0,
+        ge=0.0,
+        le=64.0,
+        description=(
+            "Tokens per request of the key (its largest batch size) an arm must have "
+            "observed before the key trusts its estimate; until then exploitation plays "
+            "the arm again, as it plays an untried arm. 0 (paper) trusts one sample, so "
+            "one step that rejected every draft token can retire an arm for good. Needs "
+            "latency_estimator 'token-weighted' (its counts are tokens)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _min_arm_tokens_needs_token_counts(self) -> NightjarPolicyConfig:
+        if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator != "token-weighted":
+            raise ValueError(
+                "min_arm_tokens_per_req > 0 needs latency_estimator 'token-weighted', "
+                f"got {self.latency_estimator!r}"
+            )
+        return self
 
 
 class NightjarPaperPolicyConfig(NightjarPolicyConfig):
@@ -102,6 +123,9 @@ class NightjarPaperPolicyConfig(NightjarPolicyConfig):
     )
     share_across_keys: bool = Field(
         False, description="Paper: every key tries each arm once on its own."
+    )
+    min_arm_tokens_per_req: float = Field(
+        0.0, ge=0.0, le=64.0, description="Paper: one sample of an arm is trusted."
     )
 
 

@@ -118,6 +118,7 @@ class NightjarPolicy(Policy):
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
         self._share = config.share_across_keys
+        self._min_tokens = config.min_arm_tokens_per_req
         self._complete_keys: set[int] = set()
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
@@ -188,7 +189,7 @@ class NightjarPolicy(Policy):
         """Eq. (4) over the arms of ``key``; untried arms per the module doc."""
         means = self._ranked(key)
         if means is None:
-            return self._table.row(key)[0].index(0.0)
+            return self._first_unsettled(key)
         penalty = 0.0
         if self._prev_gamma == 0 and self._weight > 0.0:
             penalty = self._weight * self._switch_cost.cost_s_at(max_skip_tokens, num_reqs)
@@ -198,6 +199,17 @@ class NightjarPolicy(Policy):
             if loss < best_loss:
                 best_gamma, best_loss = gamma, loss
         return best_gamma
+
+    def _settled(self, key: int, count: float) -> bool:
+        """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
+        tokens per request of ``key`` (the bucket's largest batch size)."""
+        if self._min_tokens == 0.0:
+            return count > 0.0
+        return count >= self._min_tokens * key
+
+    def _first_unsettled(self, key: int) -> int:
+        counts = self._table.row(key)[0]
+        return next(g for g, n in enumerate(counts) if not self._settled(key, n))
 
     def _ranked(self, key: int) -> list[float] | None:
         """Per-arm latency estimates of ``key`` for Eq. (4): its own means when every arm
@@ -221,8 +233,11 @@ class NightjarPolicy(Policy):
         weight = float(result.num_tokens) if self._token_weighted else 1.0
         key = self._key(result.num_reqs)
         self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
-        if key not in self._complete_keys and 0.0 not in self._table.counts[key]:
+        if key not in self._complete_keys and self._all_settled(key):
             self._complete_keys.add(key)
+
+    def _all_settled(self, key: int) -> bool:
+        return all(self._settled(key, n) for n in self._table.counts[key])
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:
         """Current l~[B, gamma] (seconds per token) or ``None`` if unobserved."""
@@ -235,7 +250,7 @@ class NightjarPolicy(Policy):
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
-        self._complete_keys = {k for k, counts in self._table.counts.items() if 0.0 not in counts}
+        self._complete_keys = {k for k in self._table.counts if self._all_settled(k)}
 
     def local_state(self) -> dict[str, Any]:
         return {

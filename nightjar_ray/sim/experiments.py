@@ -52,6 +52,9 @@ class RunKnobs:
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
     paper's weights-only offload, docs/simulator.md)."""
+    policy_seed_offset: int = 0
+    """Added to the policy RNG's seed only: the same workload and acceptance draws, other
+    policy draws (how far a policy's own randomness moves a result)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ def run_contender(
         observed_time=knobs.observed_time,
         offload_trigger=knobs.offload_trigger,
     )
-    policy = build_contender_policy(setting, c, seed)
+    policy = build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
     return SimServer(setting, policy, options).run(workload)
 
 

@@ -95,6 +95,11 @@ class ScenarioConfig(BaseModel):
         RunKnobs().reclaim_draft_kv,
         description="Offload frees the draft's per-block KV share too, not only its weights.",
     )
+    policy_seed_offset: int = Field(
+        RunKnobs().policy_seed_offset,
+        ge=0,
+        description="Added to the seed of the policy's RNG only: the same workload, other draws.",
+    )
     seed: int = Field(0, ge=0, description="Seed of workload, acceptance and policy RNGs.")
 
     @property

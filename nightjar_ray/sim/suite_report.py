@@ -107,6 +107,30 @@ def suite_table(cells: Sequence[SuiteCell], labels: Sequence[str]) -> list[str]:
     return out
 
 
+def suite_totals(cells: Sequence[SuiteCell], labels: Sequence[str]) -> list[str]:
+    """Each label over all cells: mean and worst throughput / best static, cells meeting
+    each goal, mean E2E / best static's."""
+    out = [
+        "| policy | mean thr / best static | worst | cells >= 0.97 | cells >= 0.99 of off "
+        "| cells E2E <= 1.03x | mean E2E / best static's |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    n = len(cells)
+    for label in labels:
+        thr = [c.of_best_static(label) for c in cells]
+        e2e = [c.e2e_of_best_static(label) for c in cells]
+        met = (
+            sum(t >= MIN_OF_BEST_STATIC for t in thr),
+            sum(c.of_off(label) >= MIN_OF_OFF for c in cells),
+            sum(e <= MAX_E2E_OF_BEST_STATIC for e in e2e),
+        )
+        out.append(
+            f"| {label} | {sum(thr) / n:.3f} | {min(thr):.3f} | {met[0]}/{n} | {met[1]}/{n} "
+            f"| {met[2]}/{n} | {sum(e2e) / n:.3f} |"
+        )
+    return out
+
+
 def _worst(group: Sequence[SuiteCell], label: str) -> str:
     best = min(c.of_best_static(label) for c in group)
     off = min(c.of_off(label) for c in group)

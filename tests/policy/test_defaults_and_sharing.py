@@ -19,6 +19,7 @@ def test_defaults_differ_from_the_paper_preset_only_where_measured() -> None:
     assert (default.explore_bin_steps, paper.explore_bin_steps) == (2, None)
     assert (default.switch_cost_weight, paper.switch_cost_weight) == (0.03, 1.0)
     assert (default.share_across_keys, paper.share_across_keys) == (False, False)
+    assert (default.min_arm_tokens_per_req, paper.min_arm_tokens_per_req) == (1.0, 0.0)
     assert default.gamma_max == paper.gamma_max == 4
 
 
@@ -41,7 +42,7 @@ def _with_complete_key(share: bool) -> NightjarPolicy:
     assert isinstance(policy, NightjarPolicy)
     # key 16 knows every arm: gamma 2 is best there
     for gamma, latency in enumerate((1.0e-3, 0.9e-3, 0.7e-3, 0.8e-3, 1.1e-3)):
-        policy.observe(StepResult(16, gamma, 10, 10 * latency))
+        policy.observe(StepResult(16, gamma, 16, 16 * latency))
     return policy
 
 
@@ -68,3 +69,47 @@ def test_sharing_needs_a_complete_key_and_forgets_it_with_new_statistics() -> No
     assert policy.exploit(12, 12, 0) == 2
     policy.load_stats(build_policy("nightjar", {}, rng=random.Random(0)).export_stats())
     assert policy.exploit(12, 12, 0) == 0
+
+
+def _one_unlucky_sample(min_tokens: float) -> NightjarPolicy:
+    """Key 1 (one request): gamma 3 was tried once and every draft token was rejected."""
+    params = {"min_arm_tokens_per_req": min_tokens, "bucketing": "pow2"}
+    policy = build_policy("nightjar", params, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    for gamma, tokens, step_s in ((0, 2, 40e-3), (1, 2, 25e-3), (2, 2, 27e-3), (4, 3, 30e-3)):
+        policy.observe(StepResult(1, gamma, tokens, step_s))  # gamma 4: 10 ms/token, best
+    policy.observe(StepResult(1, 3, 1, 28e-3))  # 1 token: 28 ms/token, worst of all
+    return policy
+
+
+def test_one_unlucky_sample_no_longer_retires_an_arm() -> None:
+    paper_rule = _one_unlucky_sample(0.0)
+    assert paper_rule.exploit(1, 1, 0) == 4  # gamma 3 trusted after one rejected step
+    guarded = _one_unlucky_sample(2.0)
+    assert guarded.exploit(1, 1, 0) == 3  # 1 token < 2 per request x key 1: play it again
+    guarded.observe(StepResult(1, 3, 4, 28e-3))  # the next step accepts all three
+    assert guarded.exploit(1, 1, 0) == 4  # settled (5 tokens): 11.2 ms/token, not the best
+    for _ in range(2):
+        guarded.observe(StepResult(1, 3, 4, 28e-3))
+    assert guarded.exploit(1, 1, 0) == 3  # 13 tokens in 112 ms: 8.6 ms/token, the best
+
+
+def test_min_arm_tokens_scale_with_the_keys_batch_size() -> None:
+    policy = build_policy("nightjar", {"min_arm_tokens_per_req": 2.0}, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    for gamma in range(5):  # key 16 (pow2 of 9..16): 16 tokens each, below 2 x 16
+        policy.observe(StepResult(12, gamma, 16, 16e-3))
+    assert policy.exploit(16, 12, 0) == 0  # every arm still unsettled: the first again
+    for gamma in range(5):
+        policy.observe(StepResult(12, gamma, 16, 16e-3 * (1 + abs(gamma - 2))))
+    assert policy.exploit(16, 12, 0) == 2  # 32 tokens each: the estimates rank
+    # statistics loaded from a pool (another replica) settle keys the same way
+    fresh = build_policy("nightjar", {"min_arm_tokens_per_req": 2.0}, rng=random.Random(1))
+    fresh.load_stats(policy.export_stats())
+    assert isinstance(fresh, NightjarPolicy) and fresh.exploit(16, 12, 0) == 2
+
+
+def test_min_arm_tokens_needs_token_counts() -> None:
+    with pytest.raises(ValueError, match="min_arm_tokens_per_req"):
+        NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=1.0)
+    NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=0.0)

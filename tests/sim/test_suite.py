@@ -73,8 +73,28 @@ def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     assert "| l20x2-32b | low |" in out and "cells passing" in out
     assert "| nightjar-paper |" in out and "observation rule: prefill-corrected" in out
+    assert "| policy | mean thr / best static |" in out
+
     compare = ["simulate", "compare", "--setting", "l20x2-32b", "--workloads", "prefill-heavy"]
     assert main([*compare, "--contenders", "nightjar"]) == 0
     assert "| prefill-heavy |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--workloads"):
         main(["simulate", "suite", "--workloads", "bogus"])
+
+
+def test_policy_seed_offset_changes_only_the_policys_draws() -> None:
+    from nightjar_ray.sim.experiments import RunKnobs, default_contenders, run_contender
+    from nightjar_ray.sim.presets import get_setting
+
+    setting = get_setting("l20x2-32b")
+    workload = suite_workload("crossover", setting, 0)[:120]
+    by_label = {c.label: c for c in default_contenders()}
+
+    def run(label: str, offset: int) -> tuple[float, ...]:
+        knobs = RunKnobs(policy_seed_offset=offset)
+        result = run_contender(setting, by_label[label], workload, "sharegpt", 0, knobs)
+        return tuple(r.finish_s for r in result.records)
+
+    assert run("nightjar", 0) == run("nightjar", 0)  # deterministic
+    assert run("nightjar", 0) != run("nightjar", 1000)  # other policy draws
+    assert run("fixed-2", 0) == run("fixed-2", 1000)  # the workload and acceptance stay

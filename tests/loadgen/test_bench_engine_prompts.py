@@ -1,0 +1,41 @@
+"""The engine benchmark never reuses a prompt in one engine (vLLM's prefix cache would
+serve it without prefill, and nightjar's draft would catch up over it instead)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "loadtest/bench_engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
+    bench = _bench()
+    args = argparse.Namespace(
+        prompt_tokens=16, prompt_tokens_max=32, max_tokens=8, max_tokens_min=4
+    )
+    seen: set[tuple[int, ...]] = set()
+    num_prompts = 0
+    for phase in (bench.MEASURED, bench.LEARNING, bench.KERNEL_WARMUP):
+        for round_idx in range(3):
+            for batch in (1, 4, 16):
+                seed = bench.prompt_seed(phase, round_idx, batch)
+                prompts, outputs = bench.request_mix(batch, args, seed)
+                assert all(16 <= len(p) <= 32 for p in prompts)
+                assert all(4 <= n <= 8 for n in outputs)
+                seen.update(tuple(p) for p in prompts)
+                num_prompts += len(prompts)
+    assert len(seen) == num_prompts  # B=4 of a round no longer repeats B=1's prompts
+    # the same (phase, round, batch) gives every engine the same prompts (paired rounds)
+    again = bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
+    assert again == bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
