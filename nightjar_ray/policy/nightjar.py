@@ -36,6 +36,9 @@ Arms never observed (exploitation's open question): in the paper preset an
 exploitation bin plays the smallest gamma that has no observation yet under this
 key before trusting any estimate (optimistic initialization, as UCB plays every
 arm once), so a batch size never seen before costs at most Gamma_max + 1 such bins.
+``min_arm_tokens_per_req`` (beyond the paper, 1 by default) counts an arm as tried only
+after that many tokens per request of the key (its largest batch size): one step that
+rejected every draft token no longer retires an arm that local probes would never reach.
 ``share_across_keys`` (beyond the paper, the default) ranks a key's untried arms
 from the nearest key that has tried every arm instead: its estimates, rescaled by
 the mean ratio of this key's tried arms to the neighbour's, fill the gaps, and
