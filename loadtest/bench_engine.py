@@ -176,9 +176,8 @@ def interleaved(
     with ExitStack() as stack:
         llms = {n: stack.enter_context(offline_engine(pair, **kw)) for n, kw in engines.items()}
         for name, llm in llms.items():
-            tps(
-                llm, batches[-1], args, prompt_seed(KERNEL_WARMUP, 0, batches[-1])
-            )  # warm-up: shapes, kernels
+            # warm-up: shapes, kernels
+            tps(llm, batches[-1], args, prompt_seed(KERNEL_WARMUP, 0, batches[-1]))
             print(f"warm: {name}", flush=True)
         for r in range(args.rounds):
             order = list(llms.items())
@@ -282,9 +281,8 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             for label, name, params in lineup
         }
         for llm in llms.values():
-            tps(
-                llm, 4, args, prompt_seed(KERNEL_WARMUP, 0, 4)
-            )  # engine warm-up (kernels), not policy learning
+            # engine warm-up (kernels), not policy learning
+            tps(llm, 4, args, prompt_seed(KERNEL_WARMUP, 0, 4))
         warmup = warm_up(llms["nightjar"], args, tuple(sorted({*measured, *BATCHES[:2]})))
         samples = measured_rounds(llms, measured, args)
     res: dict[str, Any] = {

@@ -16,7 +16,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from nightjar_ray.cli.simulate_suite import add_suite_parser, parse_seeds
+from nightjar_ray.cli.simulate_suite import add_policy_seed_offset, add_suite_parser, parse_seeds
 from nightjar_ray.sim.calibration import (
     PAPER_TABLE1_MIB,
     PAPER_TABLE3_MS,
@@ -153,12 +153,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().reclaim_draft_kv,
         help="Offload frees the draft's per-block KV share too (docs/simulator.md).",
     )
-    p.add_argument(
-        "--policy-seed-offset",
-        type=int,
-        default=RunKnobs().policy_seed_offset,
-        help="Shift the policies' RNG seeds only (same workload): their own randomness.",
-    )
+    add_policy_seed_offset(p)
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, default_contenders
+from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
 from nightjar_ray.sim.suite import SUITE
@@ -33,14 +33,19 @@ def add_suite_parser(sub: Any) -> None:
         default=None,
         help="Observation rule (default: the engine's default).",
     )
+    add_policy_seed_offset(p)
+    p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
+    p.set_defaults(func=run)
+
+
+def add_policy_seed_offset(p: argparse.ArgumentParser) -> None:
+    """``--policy-seed-offset`` (``RunKnobs.policy_seed_offset``), for suite and compare."""
     p.add_argument(
         "--policy-seed-offset",
         type=int,
-        default=0,
+        default=RunKnobs().policy_seed_offset,
         help="Shift the policies' RNG seeds only (same workloads): their own randomness.",
     )
-    p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
-    p.set_defaults(func=run)
 
 
 def _names(flag: str, value: str, known: Any) -> list[str]:
