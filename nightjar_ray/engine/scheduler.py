@@ -39,11 +39,42 @@ from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
 from nightjar_ray.engine.stepper import StepBatch, Stepper
 from nightjar_ray.engine.worker_memory import DRAFT_EVENTS_ATTR, DRAFT_READY_ATTR, MAX_BLOCKS_ATTR
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
+from nightjar_ray.policy.draft_gate import (
+    DEFAULT_DRAFT_COST_RATIO,
+    approx_num_params,
+    remaining_after_step,
+)
 from nightjar_ray.serve.context import SERVE_CONTEXT_ENV
 
 
 def _open_log(path: str | None) -> IO[str] | None:
     return None if path is None else open(path, "a", buffering=1)
+
+
+def _num_params(hf_config: Any) -> int | None:
+    try:
+        return approx_num_params(
+            hf_config.num_hidden_layers,
+            hf_config.hidden_size,
+            hf_config.intermediate_size,
+            hf_config.vocab_size,
+        )
+    except (AttributeError, TypeError):
+        return None
+
+
+def draft_cost_ratio(vllm_config: Any) -> float:
+    """The draft gate's price of a draft token in target tokens: the models' size ratio
+    (``DEFAULT_DRAFT_COST_RATIO`` when a config lacks the sizes)."""
+    spec = vllm_config.speculative_config
+    draft_model = getattr(spec, "draft_model_config", None)
+    if draft_model is None:
+        return DEFAULT_DRAFT_COST_RATIO
+    target = _num_params(vllm_config.model_config.hf_config)
+    draft = _num_params(draft_model.hf_config)
+    if not target or not draft:
+        return DEFAULT_DRAFT_COST_RATIO
+    return min(1.0, draft / target)
 
 
 class NightjarScheduler(Scheduler):
@@ -71,11 +102,15 @@ class NightjarScheduler(Scheduler):
             log_file=_open_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
             telemetry=self.telemetry,
+            draft_cost_ratio=draft_cost_ratio(vllm_config),
         )
         self._catch_up_seen = (0.0, 0)
         self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
         self.serve_link = self._start_serve_link()
         self._tracks_lag = cfg.draft_sync != "stock"
+        spec = vllm_config.speculative_config
+        self._gates = self._tracks_lag and getattr(spec, "method", None) == "draft_model"
+        """Only a draft model skipped at gamma = 0 saves work when the draft gate stops."""
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
         self.num_preemptions = 0
@@ -182,23 +217,28 @@ class NightjarScheduler(Scheduler):
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
-        num_decode = num_sampling = num_prefill_tokens = 0
+        num_decode = num_sampling = num_prefill_tokens = num_owed = num_remaining = 0
         spec = out.scheduled_spec_decode_tokens
         for req_id, num_new in out.num_scheduled_tokens.items():
             request = self.requests[req_id]
-            end = starts[req_id] + num_new
+            start = starts[req_id]
             decodes = False
-            if end >= request.num_tokens + request.num_output_placeholders:
+            if start + num_new >= request.num_tokens + request.num_output_placeholders:
                 num_sampling += 1
                 decodes = num_new == 1 + len(spec.get(req_id, ()))
             num_decode += decodes
             num_prefill_tokens += 0 if decodes else num_new
+            if self._gates:
+                num_owed += self.draft_lag.lag_tokens(req_id, start) + (0 if decodes else num_new)
+                num_remaining += remaining_after_step(request.max_tokens, request.num_output_tokens)
         return StepBatch(
             num_decode_reqs=num_decode,
             num_sampling_reqs=num_sampling,
             num_scheduled_reqs=len(out.num_scheduled_tokens),
             max_skip_tokens=self.draft_lag.max_lag_tokens(starts),
             num_prefill_tokens=num_prefill_tokens,
+            num_owed_tokens=num_owed,
+            num_remaining_tokens=num_remaining,
         )
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:

@@ -55,6 +55,7 @@ from typing import IO, Any
 
 from nightjar_ray.metrics.telemetry import EngineTelemetry
 from nightjar_ray.policy import Policy
+from nightjar_ray.policy.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
 from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,10 @@ class StepBatch:
     """L_max: largest draft lag among the step's requests."""
     num_prefill_tokens: int = 0
     """Prompt tokens scheduled for requests that do not decode (prefill chunks)."""
+    num_owed_tokens: int = 0
+    """Tokens the draft would process now beyond the decodes' own: lags + prefill chunks."""
+    num_remaining_tokens: int = 0
+    """Output tokens still to come after this step, summed over the scheduled requests."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,8 @@ class StepDecision:
     observed: bool = False
     draft_away: bool = False
     """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
+    gated: bool = False
+    """The draft gate ran gamma = 0 although the policy chose more (``policy/draft_gate.py``)."""
 
     @property
     def carries_prefill(self) -> bool:
@@ -121,6 +128,7 @@ class Stepper:
         log_interval_steps: int = 0,
         max_history: int = 4096,
         telemetry: EngineTelemetry | None = None,
+        draft_cost_ratio: float = DEFAULT_DRAFT_COST_RATIO,
     ) -> None:
         self.policy = policy
         self.policy_lock = threading.Lock()
@@ -128,7 +136,8 @@ class Stepper:
         self._cap = min(gamma_cap, policy.gamma_max)
         self._clock = clock
         self._count_scheduled = count_scheduled
-        self.observation = ObservationRule(observation_rule)
+        self.observation = ObservationRule(observation_rule, draft_cost_ratio)
+        self.gate = DraftGate(draft_cost_ratio)
         self._log_file = log_file
         self._log_every = log_interval_steps
         self._pending: deque[StepDecision] = deque()
@@ -154,11 +163,14 @@ class Stepper:
         consulted = num_reqs > 0 and not draft_away
         gamma = 0 if draft_away else self._prev_gamma
         explored = False
-        if consulted:
-            with self.policy_lock:
+        with self.policy_lock:
+            if consulted:
                 gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
                 explored = self.policy.last_explored
-        self.telemetry.on_step(gamma, num_reqs, explored=explored, consulted=consulted)
+            gated = gamma > 0 and not self._gate_allows(batch, gamma, max(num_reqs, 1), explored)
+        if gated:
+            gamma = 0
+        self.telemetry.on_step(gamma, num_reqs, explored=explored, consulted=consulted, gated=gated)
         decision = StepDecision(
             step=self._step,
             num_reqs=num_reqs,
@@ -172,6 +184,7 @@ class Stepper:
             consulted=consulted,
             start_s=start_s,
             draft_away=draft_away,
+            gated=gated,
         )
         self._pending.append(decision)
         self._step += 1
@@ -179,6 +192,19 @@ class Stepper:
         self._prev_explored = explored
         self.gamma_counts[gamma] += 1
         return gamma
+
+    def _gate_allows(self, batch: StepBatch, gamma: int, num_reqs: int, explored: bool) -> bool:
+        """The draft gate's verdict on speculating this step (caller holds the lock)."""
+        if batch.num_owed_tokens <= 0 or not self.policy.draft_gate:
+            return True
+        return self.gate.allows(
+            gamma,
+            self.policy.latency_estimates(num_reqs),
+            batch.num_owed_tokens,
+            batch.num_remaining_tokens,
+            self.observation.prefill_s_per_token,
+            explored=explored,
+        )
 
     @property
     def sd_disabled(self) -> bool:
@@ -243,4 +269,5 @@ class Stepper:
             "steps": self._step,
             "observed": self.num_observed,
             "gamma_counts": dict(sorted(self.gamma_counts.items())),
+            "gated_steps": self.gate.num_gated_steps,
         }

@@ -42,7 +42,10 @@ class MetricSpec:
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nightjar_steps", "counter", "Decoding steps, by the gamma chosen.", ("gamma",)),
     MetricSpec(
-        "nightjar_decisions", "counter", "Policy decisions, by mode (explore/exploit).", ("mode",)
+        "nightjar_decisions",
+        "counter",
+        "Policy decisions, by mode (explore/exploit; gated: the draft gate ran gamma 0).",
+        ("mode",),
     ),
     MetricSpec("nightjar_observed_steps", "counter", "Steps the policy learned from."),
     MetricSpec("nightjar_goodput_tokens", "counter", "Tokens emitted by observed steps."),

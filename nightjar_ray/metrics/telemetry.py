@@ -22,7 +22,7 @@ from typing import Any
 MEMORY_EVENT_KINDS = ("offload", "reload", "expand", "contract")
 """Elastic-memory events (the memory controller reports them; Serve exports them)."""
 
-DECISION_MODES = ("explore", "exploit")
+DECISION_MODES = ("explore", "exploit", "gated")
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,16 @@ class EngineTelemetry:
         self.load: LoadSnapshot | None = None
         self.memory_events = {kind: [0, 0.0] for kind in MEMORY_EVENT_KINDS}
 
-    def on_step(self, gamma: int, num_reqs: int, *, explored: bool, consulted: bool) -> None:
-        """One scheduled step ran with ``gamma`` (a switch if it resumes speculation)."""
+    def on_step(
+        self, gamma: int, num_reqs: int, *, explored: bool, consulted: bool, gated: bool = False
+    ) -> None:
+        """One scheduled step ran with ``gamma`` (a switch if it resumes speculation);
+        ``gated``: the draft gate overrode the policy's gamma with 0."""
         self.num_switches += self.last_gamma == 0 and gamma > 0
         self.steps_by_gamma[gamma] += 1
-        if consulted:
+        if gated:
+            self.decisions_by_mode["gated"] += 1
+        elif consulted:
             self.decisions_by_mode["explore" if explored else "exploit"] += 1
         self.last_gamma = gamma
         self.last_num_reqs = num_reqs

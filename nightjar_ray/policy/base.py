@@ -21,6 +21,7 @@ belongs to; policies never assume "the last choice" is the step observed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from nightjar_ray.policy.stats import PolicyStats
@@ -115,6 +116,18 @@ class Policy(ABC):
     @abstractmethod
     def observe(self, result: StepResult) -> None:
         """Learn from one finished step. Raises ``ValueError`` on an impossible result."""
+
+    @property
+    def draft_gate(self) -> bool:
+        """Whether drivers run this policy's steps through the draft gate
+        (``policy/draft_gate.py``); off unless a policy opts in."""
+        return False
+
+    def latency_estimates(self, num_reqs: int) -> Sequence[float] | None:
+        """Estimated seconds per emitted token for each gamma at batch size ``num_reqs``,
+        for the draft gate (``policy/draft_gate.py``); ``None`` when the policy has none or
+        does not want its steps gated (the default)."""
+        return None
 
     @abstractmethod
     def export_stats(self) -> PolicyStats:

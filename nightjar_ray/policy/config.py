@@ -97,6 +97,17 @@ class NightjarPolicyConfig(PolicyConfig):
         ),
     )
 
+    draft_gate: bool = Field(
+        True,
+        description=(
+            "Run gamma = 0 in a step whose speculation cannot earn back the draft work it "
+            "owes (prefill of new prompts, catch-up of skipped tokens): remaining output "
+            "tokens x the estimated saving per token vs owed tokens x the learned draft "
+            "cost per token (docs/policies.md, 'The draft gate'). False (paper) "
+            "speculates whenever the bandit's gamma is > 0."
+        ),
+    )
+
     @model_validator(mode="after")
     def _min_arm_tokens_needs_token_counts(self) -> NightjarPolicyConfig:
         if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator != "token-weighted":
@@ -127,6 +138,7 @@ class NightjarPaperPolicyConfig(NightjarPolicyConfig):
     min_arm_tokens_per_req: float = Field(
         0.0, ge=0.0, le=64.0, description="Paper: one sample of an arm is trusted."
     )
+    draft_gate: bool = Field(False, description="Paper: gamma is the bandit's, every step.")
 
 
 class FixedPolicyConfig(PolicyConfig):

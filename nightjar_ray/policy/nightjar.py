@@ -39,7 +39,7 @@ arm once), so a batch size never seen before costs at most Gamma_max + 1 such bi
 ``min_arm_tokens_per_req`` (beyond the paper, 1 by default) counts an arm as tried only
 after that many tokens per request of the key (its largest batch size): one step that
 rejected every draft token no longer retires an arm that local probes would never reach.
-``share_across_keys`` (beyond the paper, the default) ranks a key's untried arms
+``share_across_keys`` (beyond the paper, off by default) ranks a key's untried arms
 from the nearest key that has tried every arm instead: its estimates, rescaled by
 the mean ratio of this key's tried arms to the neighbour's, fill the gaps, and
 Eq. (4) runs over the filled row; only an untried arm that then ranks best is
@@ -49,6 +49,11 @@ this key's own samples replace it arm by arm (docs/policies.md)::
     key 8:   [ m0   m1   .    .    .  ]   tried: 0, 1
     key 16:  [ n0   n1   n2   n3   n4 ]   nearest complete key
     ranked:  [ m0   m1   r*n2 r*n3 r*n4]  r = mean(m0/n0, m1/n1)
+
+``draft_gate`` (beyond the paper, the default) exposes the ranked row through
+``latency_estimates`` so the driver's draft gate (``policy/draft_gate.py``) can run
+gamma = 0 in a step whose speculation cannot pay for the draft work it owes; the
+bandit's schedule is not touched by it.
 
 NOTE: the schedule counters advance in ``choose`` (when the arm is played),
 the estimates in ``observe``. In a sequential loop this is Algorithm 1
@@ -122,6 +127,7 @@ class NightjarPolicy(Policy):
         self._explore_steps = config.explore_bin_steps
         self._share = config.share_across_keys
         self._min_tokens = config.min_arm_tokens_per_req
+        self._gate = config.draft_gate
         self._complete_keys: set[int] = set()
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
@@ -202,6 +208,15 @@ class NightjarPolicy(Policy):
             if loss < best_loss:
                 best_gamma, best_loss = gamma, loss
         return best_gamma
+
+    @property
+    def draft_gate(self) -> bool:
+        return self._gate
+
+    def latency_estimates(self, num_reqs: int) -> list[float] | None:
+        """The row Eq. (4) ranks for ``num_reqs`` (``None``: the key cannot rank every
+        arm yet)."""
+        return None if num_reqs < 1 else self._ranked(self._key(num_reqs))
 
     def _settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``

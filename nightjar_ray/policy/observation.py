@@ -23,7 +23,13 @@ How the target's prefill cost is learned, from the engine's own steps (no cost m
                               c ~ sum(excess) / sum(P)   (s per prompt token, target only)
     any gamma, P > 0:         observed d' = d - c * P    (draft prefill stays in d')
 
-At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone. Until
+    no decode, P > 0:         c ~ (d - base[1]) / P / (1 + r * drafted)
+                              (r: draft/target cost ratio; drafted: the draft ran)
+
+At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone; a
+step of prompt chunks alone (one request at a time never has a mixed step) prices it
+with the draft's share taken out when the draft ran. The draft gate
+(``policy/draft_gate.py``) prices the draft's owed work from ``c`` too. Until
 ``c`` has ``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as
 ``pure``). ``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so
 the estimate follows drift in prompt lengths.
@@ -84,10 +90,13 @@ class _DecayedMean:
 class ObservationRule:
     """Turns :class:`StepSample` into the policy's :class:`StepResult` (module doc)."""
 
-    def __init__(self, name: str = DEFAULT_OBSERVATION_RULE) -> None:
+    def __init__(self, name: str = DEFAULT_OBSERVATION_RULE, draft_cost_ratio: float = 0.0) -> None:
         if name not in OBSERVATION_RULES:
             raise ValueError(f"unknown observation rule {name!r}; choose from {OBSERVATION_RULES}")
+        if not 0.0 <= draft_cost_ratio <= 1.0:
+            raise ValueError(f"draft_cost_ratio must be in [0, 1], got {draft_cost_ratio}")
         self.name = name
+        self._draft_share = draft_cost_ratio
         self._base: dict[int, _DecayedMean] = {}
         self._prefill = _DecayedMean()
         self._num_prefill_samples = 0
@@ -102,7 +111,10 @@ class ObservationRule:
 
     def observe(self, s: StepSample) -> StepResult | None:
         """The sample to learn from, or ``None`` (see module doc)."""
-        if s.num_reqs < 1 or s.num_tokens < 1 or not s.duration_s > 0.0:
+        if s.num_reqs < 1:
+            self._learn_from_prefill_only(s)
+            return None
+        if s.num_tokens < 1 or not s.duration_s > 0.0:
             return None
         if s.gamma != s.next_gamma:
             return None
@@ -124,6 +136,19 @@ class ObservationRule:
             s.num_draft_tokens,
             s.num_accepted_tokens,
         )
+
+    def _learn_from_prefill_only(self, s: StepSample) -> None:
+        """A step of prompt chunks alone prices the target's prefill as well: its time over
+        a one-decode gamma = 0 step's, per prompt token, less the draft's share
+        (``draft_cost_ratio`` of the target's) when the draft ran over the chunks."""
+        if self.name != "prefill-corrected" or s.num_prefill_tokens <= 0:
+            return
+        base = self._base.get(1)
+        if base is None or base.mean is None or not s.duration_s > base.mean:
+            return
+        share = 1.0 + (self._draft_share if s.next_gamma > 0 else 0.0)
+        self._prefill.add((s.duration_s - base.mean) / share, float(s.num_prefill_tokens))
+        self._num_prefill_samples += 1
 
     def _corrected_s(self, s: StepSample) -> float | None:
         """Duration less the target's prefill share; learns that share at gamma = 0."""

@@ -26,6 +26,7 @@ from typing import Literal
 
 from nightjar_ray.policy.base import Policy, StepResult
 from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
+from nightjar_ray.policy.draft_gate import DraftGate, remaining_after_step
 from nightjar_ray.policy.nightjar import NightjarPolicy
 from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 from nightjar_ray.sim.acceptance import AcceptanceProcess
@@ -108,11 +109,13 @@ class SimServer:
             self._bucket = bucket_fn(policy.config.bucketing)
             policy.bin_listener = self._on_bin
         rule = options.observed_time
-        self.observation = None if rule == "decode" else ObservationRule(rule)
+        ratio = setting.draft.num_params / setting.target.num_params
+        self.observation = None if rule == "decode" else ObservationRule(rule, ratio)
         self.records: list[RequestRecord] = []
         self.timeline: list[StepRecord] = []
         self.num_steps = 0
         self.catchup_s = 0.0
+        self.gate = DraftGate(ratio)
 
     @property
     def max_request_tokens(self) -> int:
@@ -176,7 +179,7 @@ class SimServer:
             # NOTE: every running request is a prefill that found no blocks; free some.
             self.scheduler.preempt(self.scheduler.running[-1])
             return
-        draft_runs = self._draft_runs(step)
+        step, draft_runs = self._draft_runs(step)
         cost = self.cost.cost(step, draft_runs)
         decode_s = self._decode_only_s(step, draft_runs, cost.total_s)  # before state changes
         self.now_s += cost.total_s
@@ -197,6 +200,14 @@ class SimServer:
             self.last_gamma = step.gamma
             self.last_num_reqs = len(step.decodes)
             self._observe(sample, decode_s)
+        elif self.observation is not None:
+            # NOTE: as the engine, a step of prompt chunks alone is shown to the rule
+            # (it prices the target's prefill from it; never a policy sample).
+            drafted = self.last_gamma if draft_runs else 0
+            prompt_tokens = sum(chunk for _, chunk in step.prefills)
+            self.observation.observe(
+                StepSample(0, self.last_gamma, drafted, 0, cost.total_s, prompt_tokens)
+            )
         self._record(step, cost.total_s)
         if self.elastic is not None:
             self._elastic_step()
@@ -250,12 +261,34 @@ class SimServer:
             return True
         return not self._bin_explored.get(self._bucket(self.last_num_reqs), False)
 
-    def _draft_runs(self, step: ScheduledStep) -> bool:
+    def _draft_runs(self, step: ScheduledStep) -> tuple[ScheduledStep, bool]:
+        """The step as it runs (gamma 0 if the draft gate stops it) and whether the draft
+        takes part; a step without decodes drafts with the last gamma, as the engine's."""
         if not self._draft_available():
-            return False
+            return step, False
         if self.options.draft_when_off == "sync":
+            return step, True
+        gamma = step.gamma if step.decodes else self.last_gamma
+        if gamma > 0 and self.policy.draft_gate and not self._gate_allows(step, gamma):
+            if not step.decodes:
+                self.last_gamma = 0  # NOTE: as the engine's Stepper, the step played 0
+            return replace(step, gamma=0), False
+        return step, gamma > 0
+
+    def _gate_allows(self, step: ScheduledStep, gamma: int) -> bool:
+        """The engine's draft gate (``policy/draft_gate.py``) on this step's requests."""
+        owed = _lag_tokens(step) + sum(chunk for _, chunk in step.prefills)
+        if owed == 0:
             return True
-        return step.gamma > 0 if step.decodes else self.last_gamma > 0
+        reqs = [*step.decodes, *(r for r, _ in step.prefills)]
+        remaining = sum(
+            remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r in reqs
+        )
+        num_reqs = len(step.decodes) or len(step.prefills)
+        explored = bool(step.decodes) and self.policy.last_explored
+        estimates = self.policy.latency_estimates(num_reqs)
+        price = None if self.observation is None else self.observation.prefill_s_per_token
+        return self.gate.allows(gamma, estimates, owed, remaining, price, explored=explored)
 
     def _apply(self, step: ScheduledStep, draft_runs: bool) -> tuple[int, int]:
         """Emit tokens; returns (decode tokens emitted, draft tokens accepted)."""
@@ -309,3 +342,8 @@ class SimServer:
                 self.pool.num_free_blocks,
             )
         )
+
+
+def _lag_tokens(step: ScheduledStep) -> int:
+    """Tokens the draft has not processed, over the step's requests."""
+    return sum(r.draft_lag for r in step.decodes) + sum(r.draft_lag for r, _ in step.prefills)

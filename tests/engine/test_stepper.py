@@ -1,9 +1,13 @@
 """Stepper: B, gamma attribution, observation rule and async-safe step timing."""
 
 import random
+from dataclasses import replace
+
+import pytest
 
 from nightjar_ray.engine.stepper import StepBatch, Stepper
 from nightjar_ray.policy import Policy, StepResult, build_policy
+from nightjar_ray.policy.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
 
 
 class FakeClock:
@@ -215,3 +219,43 @@ def test_sd_disabled_means_an_exploited_gamma_zero() -> None:
         stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
         disabled.append(stepper.sd_disabled)
     assert disabled == [False, False, True, False]
+
+
+class Estimating(Scripted):
+    """A scripted policy that opts into the draft gate (gamma 3 saves 4 ms per token)."""
+
+    draft_gate = True
+
+    def latency_estimates(self, num_reqs: int) -> list[float]:
+        return [0.010, 0.009, 0.008, 0.006]
+
+
+def price_target_prefill(rule: ObservationRule, s_per_token: float) -> None:
+    """Teach ``rule`` the target's prefill price from steps as the engine reports them."""
+    for _ in range(4):  # one decode at gamma 0: 10 ms
+        rule.observe(StepSample(1, 0, 0, 1, 0.010, 0))
+    for _ in range(MIN_PREFILL_SAMPLES):  # 1000 prompt tokens alone, draft off
+        rule.observe(StepSample(0, 0, 0, 0, 0.010 + 1000 * s_per_token, 1000))
+    assert rule.prefill_s_per_token == pytest.approx(s_per_token)
+
+
+def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
+    script = [(3, False)] * 4 + [(3, True)]
+    stepper = Stepper(  # type: ignore[arg-type]
+        Estimating(script), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
+    )
+    long_prompt = StepBatch(0, 1, 1, 0, 1000, num_owed_tokens=1000, num_remaining_tokens=10)
+    # before the target's prefill is priced only "nothing left to gain" stops speculation
+    assert stepper.on_schedule(long_prompt, 0.0) == 3
+    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=0), 0.0) == 0
+    price_target_prefill(stepper.observation, s_per_token=1e-3)
+    # gain 10 * 4 ms = 40 ms < cost 1000 * 0.1 * 1 ms = 100 ms: gamma 0, and it says so
+    assert stepper.on_schedule(long_prompt, 0.0) == 0
+    # 30 tokens to come: 120 ms gain pays for the draft's prefill
+    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=30), 0.0) == 3
+    # an exploration probe passes
+    assert stepper.on_schedule(long_prompt, 0.0) == 3
+    gated = [d.gated for d in stepper._pending]
+    assert gated == [False, True, True, False, False]
+    assert stepper.telemetry.read().decisions_by_mode == {"explore": 1, "exploit": 2, "gated": 2}
+    assert stepper.summary()["gated_steps"] == 2

@@ -113,3 +113,27 @@ def test_engine_stepper_learns_corrected_times_from_its_own_steps() -> None:
     assert wall > expected_mixed  # wall time holds the target's prefill too
     assert any(d == pytest.approx(expected_mixed) for d in seen)
     assert all(d <= expected_mixed + 1e-9 for d in seen)
+
+
+def test_prompt_only_steps_price_the_target_prefill_without_the_drafts_share() -> None:
+    """One request at a time never has a mixed step: steps of prompt chunks alone price
+    the target's prefill, with the draft's share (ratio r) taken out when it ran."""
+    ratio = DRAFT_S_PER_PROMPT_TOKEN / TARGET_S_PER_PROMPT_TOKEN
+    rule = ObservationRule("prefill-corrected", draft_cost_ratio=ratio)
+    one_decode = StepSample(1, 0, 0, 1, BASE_S, 0)
+    for _ in range(3):
+        rule.observe(one_decode)
+    for i in range(MIN_PREFILL_SAMPLES):
+        prompt = 500 + 100 * i
+        drafted = i % 2
+        duration = (
+            BASE_S + (TARGET_S_PER_PROMPT_TOKEN + drafted * DRAFT_S_PER_PROMPT_TOKEN) * prompt
+        )
+        assert rule.observe(StepSample(0, 0, drafted * 3, 0, duration, prompt)) is None
+    assert rule.prefill_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    for name in ("pure", "step"):  # only the default rule learns a price
+        other = ObservationRule(name, draft_cost_ratio=ratio)
+        other.observe(one_decode)
+        for _ in range(MIN_PREFILL_SAMPLES):
+            other.observe(StepSample(0, 0, 0, 0, BASE_S + 0.01, 1000))
+        assert other.prefill_s_per_token is None

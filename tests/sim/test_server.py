@@ -319,3 +319,20 @@ def test_reload_waits_for_contract_persist_steps_of_calm() -> None:
             draft_when_off="skip",
             elastic=replace(params, contract_persist_steps=0),
         )
+
+
+def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
+    """The engine's draft gate runs in the simulator: one request at a time, 3000-token
+    prompts, 3 output tokens; the draft's prefill is not paid where it cannot pay back."""
+    setting = get_setting("rtx4090-7b")
+    wl = [RequestSpec(i, i * 2.0, 3000, 3) for i in range(60)]
+    runs = {}
+    for gate in (True, False):
+        srv = server(setting, "nightjar", {"draft_gate": gate}, draft_when_off="skip")
+        result = srv.run(wl)
+        e2e = sum(r.finish_s - r.arrival_s for r in result.records) / len(result.records)
+        runs[gate] = (srv.gate.num_gated_steps, e2e, srv.observation)
+    (gated_on, e2e_on, rule), (gated_off, e2e_off, _) = runs[True], runs[False]
+    assert rule is not None and rule.prefill_s_per_token is not None
+    assert gated_on > 20 and gated_off == 0
+    assert e2e_on < 0.99 * e2e_off

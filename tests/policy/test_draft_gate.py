@@ -1,0 +1,98 @@
+"""The draft gate (policy/draft_gate.py): its learned price and its verdicts."""
+
+import random
+
+import pytest
+
+from nightjar_ray.policy import StepResult, build_policy
+from nightjar_ray.policy.draft_gate import DraftGate, approx_num_params, remaining_after_step
+from nightjar_ray.policy.nightjar import NightjarPolicy
+
+ESTIMATES = [0.010, 0.008, 0.006]
+"""Latency per token at gamma 0, 1, 2: gamma 2 saves 4 ms per token."""
+
+
+PRICE = 1e-3
+"""Target prefill s per token: at ratio 0.1 the draft costs 0.1 ms per owed token."""
+
+
+def test_approx_num_params_prices_a_small_draft_far_below_its_target() -> None:
+    target = approx_num_params(32, 4096, 11008, 32000)
+    assert 6.5e9 < target < 7.0e9  # a 7B model
+    draft = approx_num_params(2, 1024, 2816, 32000)
+    assert 0.01 < draft / target < 0.02
+
+
+def test_gate_compares_expected_gain_with_owed_draft_work() -> None:
+    gate = DraftGate(0.1)
+    # gain = 10 tokens * 4 ms = 40 ms; cost = 1000 owed * 0.1 ms = 100 ms -> stop
+    assert not gate.allows(2, ESTIMATES, 1000, 10, PRICE)
+    # 100 remaining tokens -> 400 ms gain beats 100 ms
+    assert gate.allows(2, ESTIMATES, 1000, 100, PRICE)
+    # gamma 1 saves 2 ms per token: 50 tokens -> 100 ms, exactly the cost -> speculate
+    assert gate.allows(1, ESTIMATES, 1000, 50, PRICE)
+    assert not gate.allows(1, ESTIMATES, 1000, 49, PRICE)
+    assert gate.num_gated_steps == 2
+
+
+def test_gate_never_stops_what_owes_nothing_or_gamma_zero() -> None:
+    gate = DraftGate(0.1)
+    assert gate.allows(
+        2, ESTIMATES, num_owed_tokens=0, num_remaining_tokens=0, target_prefill_s_per_token=PRICE
+    )
+    assert gate.allows(0, ESTIMATES, 10_000, 0, PRICE)
+    assert gate.num_gated_steps == 0
+
+
+def test_no_output_left_stops_at_any_price_even_unlearned() -> None:
+    gate = DraftGate(0.1)
+    assert not gate.allows(3, None, 500, 0, None)
+    assert not gate.allows(3, None, 500, 0, None, explored=True)
+    assert gate.allows(3, None, 500, 1, None)
+
+
+def test_unknown_price_or_estimates_let_speculation_run() -> None:
+    gate = DraftGate(0.1)
+    assert gate.allows(2, ESTIMATES, 10_000, 1, None)
+    assert gate.allows(2, None, 10_000, 1, PRICE)
+    assert gate.num_gated_steps == 0
+
+
+def test_exploration_probes_pass_even_when_they_cannot_pay() -> None:
+    gate = DraftGate(0.1)
+    worse = [0.010, 0.012, 0.015]  # the probe's arm looks worse than gamma 0
+    assert not gate.allows(2, worse, 10, 100, PRICE)
+    assert gate.allows(2, worse, 10, 100, PRICE, explored=True)
+
+
+def test_ratio_is_validated() -> None:
+    with pytest.raises(ValueError, match="draft_cost_ratio"):
+        DraftGate(0.0)
+    with pytest.raises(ValueError, match="draft_cost_ratio"):
+        DraftGate(1.5)
+
+
+def test_remaining_after_step() -> None:
+    assert remaining_after_step(max_tokens=16, num_output_tokens=0) == 15
+    assert remaining_after_step(max_tokens=1, num_output_tokens=0) == 0
+    assert remaining_after_step(max_tokens=4, num_output_tokens=9) == 0
+
+
+def _trained(params: dict[str, object]) -> NightjarPolicy:
+    policy = build_policy("nightjar", {"gamma_max": 2, **params}, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    for gamma, seconds in ((0, 0.010), (1, 0.016), (2, 0.018)):
+        for _ in range(4):
+            policy.observe(StepResult(1, gamma, 1 + gamma, seconds))
+    return policy
+
+
+def test_nightjar_opts_in_and_exposes_its_ranked_row() -> None:
+    policy = _trained({})
+    assert policy.draft_gate
+    assert policy.latency_estimates(1) == pytest.approx([0.010, 0.008, 0.006])
+    assert policy.latency_estimates(64) is None  # key never tried
+    assert not _trained({"draft_gate": False}).draft_gate
+    paper = build_policy("nightjar-paper", {"gamma_max": 2}, rng=random.Random(0))
+    fixed = build_policy("fixed", {"gamma": 2, "gamma_max": 2}, rng=random.Random(0))
+    assert not paper.draft_gate and not fixed.draft_gate
