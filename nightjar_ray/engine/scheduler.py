@@ -109,8 +109,10 @@ class NightjarScheduler(Scheduler):
         self.serve_link = self._start_serve_link()
         self._tracks_lag = cfg.draft_sync != "stock"
         spec = vllm_config.speculative_config
-        self._gates = self._tracks_lag and getattr(spec, "method", None) == "draft_model"
-        """Only a draft model skipped at gamma = 0 saves work when the draft gate stops."""
+        drafts = getattr(spec, "method", None) == "draft_model"
+        self._gates = self._tracks_lag and drafts and self.nightjar.policy.draft_gate
+        """Only a draft model skipped at gamma = 0 saves work when the draft gate stops;
+        a policy that does not opt in is spared the per-request sums."""
         self.draft_lag = DraftLagTracker()
         self._schedule_start_s = 0.0
         self.num_preemptions = 0

@@ -125,8 +125,8 @@ class Policy(ABC):
 
     def latency_estimates(self, num_reqs: int) -> Sequence[float] | None:
         """Estimated seconds per emitted token for each gamma at batch size ``num_reqs``,
-        for the draft gate (``policy/draft_gate.py``); ``None`` when the policy has none or
-        does not want its steps gated (the default)."""
+        for the draft gate (``policy/draft_gate.py``); ``None`` when the policy has none
+        (the default)."""
         return None
 
     @abstractmethod

@@ -31,12 +31,11 @@ no substitute: the usual catch-up is a few skipped tokens, which on a GPU costs 
 memory-bound forward and says nothing about the compute-bound price of a prompt.
 Until ``c`` is learned the gate only stops steps whose ``remaining`` is 0 (no gain at
 any price). ``l~`` comes from :meth:`Policy.latency_estimates`; while it is ``None``
-(the key cannot rank its arms yet) only the ``remaining == 0``
-rule applies. Drivers consult the gate only for a policy whose ``draft_gate`` is
-true (Nightjar's default; the paper preset and the static baselines are never gated).
-An exploration probe is let through (unless ``remaining`` is 0): its
-arm's estimate may be the stale one the probe is there to correct, and gating it would
-freeze the key at gamma = 0.
+(the key cannot rank its arms yet) only the ``remaining == 0`` rule applies. Drivers
+consult the gate only for a policy whose ``draft_gate`` is true (Nightjar's default;
+the paper preset and the static baselines are never gated). An exploration probe is
+let through (unless ``remaining`` is 0): its arm's estimate may be the stale one the
+probe is there to correct, and gating it would freeze the key at gamma = 0.
 
 vLLM 0.32 runs the drafter over the whole batch with one gamma per step, so the gate
 acts per step: a request that does not pay is spared only in steps where the batch as a

@@ -147,7 +147,10 @@ class ObservationRule:
         if base is None or base.mean is None or not s.duration_s > base.mean:
             return
         share = 1.0 + (self._draft_share if s.next_gamma > 0 else 0.0)
-        self._prefill.add((s.duration_s - base.mean) / share, float(s.num_prefill_tokens))
+        self._add_prefill_sample((s.duration_s - base.mean) / share, s.num_prefill_tokens)
+
+    def _add_prefill_sample(self, excess_s: float, num_prefill_tokens: int) -> None:
+        self._prefill.add(excess_s, float(num_prefill_tokens))
         self._num_prefill_samples += 1
 
     def _corrected_s(self, s: StepSample) -> float | None:
@@ -155,8 +158,7 @@ class ObservationRule:
         if s.gamma == 0:
             base = self._base.get(pow2_key(s.num_reqs))
             if base is not None and base.mean is not None:
-                self._prefill.add(s.duration_s - base.mean, float(s.num_prefill_tokens))
-                self._num_prefill_samples += 1
+                self._add_prefill_sample(s.duration_s - base.mean, s.num_prefill_tokens)
         per_token = self.prefill_s_per_token
         if per_token is None:
             return None

@@ -277,12 +277,12 @@ class SimServer:
 
     def _gate_allows(self, step: ScheduledStep, gamma: int) -> bool:
         """The engine's draft gate (``policy/draft_gate.py``) on this step's requests."""
-        owed = _lag_tokens(step) + sum(chunk for _, chunk in step.prefills)
+        chunks = [*((r, 0) for r in step.decodes), *step.prefills]
+        owed = sum(r.draft_lag + chunk for r, chunk in chunks)
         if owed == 0:
             return True
-        reqs = [*step.decodes, *(r for r, _ in step.prefills)]
         remaining = sum(
-            remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r in reqs
+            remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r, _ in chunks
         )
         num_reqs = len(step.decodes) or len(step.prefills)
         explored = bool(step.decodes) and self.policy.last_explored
@@ -342,8 +342,3 @@ class SimServer:
                 self.pool.num_free_blocks,
             )
         )
-
-
-def _lag_tokens(step: ScheduledStep) -> int:
-    """Tokens the draft has not processed, over the step's requests."""
-    return sum(r.draft_lag for r in step.decodes) + sum(r.draft_lag for r, _ in step.prefills)
