@@ -167,7 +167,7 @@ class Stepper:
             if consulted:
                 gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
                 explored = self.policy.last_explored
-            gated = gamma > 0 and not self._gate_allows(batch, gamma, max(num_reqs, 1), explored)
+            gated = gamma > 0 and not self._gate_allows(batch, gamma, explored)
         if gated:
             gamma = 0
         self.telemetry.on_step(gamma, num_reqs, explored=explored, consulted=consulted, gated=gated)
@@ -193,10 +193,17 @@ class Stepper:
         self.gamma_counts[gamma] += 1
         return gamma
 
-    def _gate_allows(self, batch: StepBatch, gamma: int, num_reqs: int, explored: bool) -> bool:
-        """The draft gate's verdict on speculating this step (caller holds the lock)."""
+    def _gate_allows(self, batch: StepBatch, gamma: int, explored: bool) -> bool:
+        """The draft gate's verdict on speculating this step (caller holds the lock).
+
+        # NOTE: the gain is priced at the batch size the step's requests decode in
+        # next, those that sample now (decodes and last prompt chunks), not the decoding
+        # count: three prompts joining one decode decode at B=4, where a token saves less.
+        # A prompt with chunks to go is not counted: by the time it decodes the batch
+        # has moved on."""
         if batch.num_owed_tokens <= 0 or not self.policy.draft_gate:
             return True
+        num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
         return self.gate.allows(
             gamma,
             self.policy.latency_estimates(num_reqs),
@@ -204,6 +211,7 @@ class Stepper:
             batch.num_remaining_tokens,
             self.observation.prefill_s_per_token,
             explored=explored,
+            latency_at_zero_s=self.policy.latency_at_zero_s(num_reqs),
         )
 
     @property

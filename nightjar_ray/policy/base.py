@@ -129,6 +129,12 @@ class Policy(ABC):
         (the default)."""
         return None
 
+    def latency_at_zero_s(self, num_reqs: int) -> float | None:
+        """Estimated seconds per token at gamma = 0 and batch size ``num_reqs``, known
+        before every arm is (the draft gate's best case, ``policy/draft_gate.py``);
+        ``None`` when the policy has none (the default)."""
+        return None
+
     @abstractmethod
     def export_stats(self) -> PolicyStats:
         """Sufficient statistics learned so far (a copy)."""

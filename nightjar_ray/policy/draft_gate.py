@@ -11,12 +11,20 @@ never earned back (SGLang issue 9319 asks for exactly this). The gate compares, 
                 (draft lag + this step's prefill chunk)
     remaining = sum over scheduled requests of output tokens still to come after
                 the one each may sample now (engine: max_tokens - generated - 1)
-    gain      = remaining * (l~[B, 0] - l~[B, gamma])    latency per token, the policy's
+    gain      = remaining * (l~[B, 0] - l~[B, gamma])    latency per token, the policy's,
+                                                        B: requests sampling now
     cost      = owed * r * c                            c: target prefill s per token,
                                                         r: draft/target size ratio
 
-    speculate iff gain >= cost     (or nothing is owed, or nothing is known yet,
-                                    or the policy is exploring and remaining > 0)
+    speculate iff gain >= cost     (or nothing is owed, or nothing is known yet)
+
+An exploration probe is judged by the best case instead (:func:`best_case_gain`: every
+draft accepted, a step no slower than a plain one): its arm's estimate may be the stale
+one the probe is there to correct, so the estimate cannot stop it, but a probe that no
+acceptance rate could pay for (a long prompt owed, a few tokens left) is stopped; probes
+in steps that owe little still run, so no key freezes at gamma = 0. A step whose batch
+size cannot rank its arms yet (a key still learning) is judged by the best case too,
+from ``l~[B, 0]`` alone (:meth:`Policy.latency_at_zero_s`).
 
 A gated step runs gamma = 0: the draft does not run, its work stays owed (the lag
 tracker keeps it) and is paid only if a later step's gain covers it, so a request that
@@ -31,11 +39,10 @@ no substitute: the usual catch-up is a few skipped tokens, which on a GPU costs 
 memory-bound forward and says nothing about the compute-bound price of a prompt.
 Until ``c`` is learned the gate only stops steps whose ``remaining`` is 0 (no gain at
 any price). ``l~`` comes from :meth:`Policy.latency_estimates`; while it is ``None``
-(the key cannot rank its arms yet) only the ``remaining == 0`` rule applies. Drivers
+(the key cannot rank its arms yet) the best case from ``l~[B, 0]`` applies, and with
+no gamma = 0 sample either only the ``remaining == 0`` rule. Drivers
 consult the gate only for a policy whose ``draft_gate`` is true (Nightjar's default;
-the paper preset and the static baselines are never gated). An exploration probe is
-let through (unless ``remaining`` is 0): its arm's estimate may be the stale one the
-probe is there to correct, and gating it would freeze the key at gamma = 0.
+the paper preset and the static baselines are never gated).
 
 vLLM 0.32 runs the drafter over the whole batch with one gamma per step, so the gate
 acts per step: a request that does not pay is spared only in steps where the batch as a
@@ -76,28 +83,55 @@ class DraftGate:
         num_remaining_tokens: int,
         target_prefill_s_per_token: float | None,
         explored: bool = False,
+        latency_at_zero_s: float | None = None,
     ) -> bool:
         """Whether a step may speculate with ``gamma``; counts the steps it stops.
 
         ``estimates``: the policy's latency per token for each gamma at this batch size
-        (``None``: unknown). ``num_owed_tokens`` and ``num_remaining_tokens``: the
-        step's sums; ``target_prefill_s_per_token``: ``c`` (module docstring, ``None``:
-        not learned yet). ``explored``: gamma is an exploration probe."""
+        (``None``: the key cannot rank its arms yet). ``num_owed_tokens`` and
+        ``num_remaining_tokens``: the step's sums; ``target_prefill_s_per_token``: ``c``
+        (module docstring, ``None``: not learned yet). ``explored``: gamma is an
+        exploration probe. A probe, or a step whose ``estimates`` are unknown, is judged
+        by :func:`best_case_gain` from ``l~[B, 0]`` (``estimates[0]``, else
+        ``latency_at_zero_s``; neither known: the step speculates)."""
         if gamma <= 0 or num_owed_tokens <= 0:
             return True
         if num_remaining_tokens <= 0:
             return self._stop()
-        if explored or target_prefill_s_per_token is None:
+        if target_prefill_s_per_token is None:
             return True
-        if estimates is None or gamma >= len(estimates):
+        gain = _gain(gamma, estimates, num_remaining_tokens, explored, latency_at_zero_s)
+        if gain is None:
             return True
-        gain = num_remaining_tokens * (estimates[0] - estimates[gamma])
         cost = num_owed_tokens * self.draft_cost_ratio * target_prefill_s_per_token
         return True if gain >= cost else self._stop()
 
     def _stop(self) -> bool:
         self.num_gated_steps += 1
         return False
+
+
+def _gain(
+    gamma: int,
+    estimates: Sequence[float] | None,
+    num_remaining_tokens: int,
+    explored: bool,
+    latency_at_zero_s: float | None,
+) -> float | None:
+    """Seconds speculating at ``gamma`` is expected to save (``None``: nothing known)."""
+    if estimates is not None and gamma < len(estimates) and not explored:
+        return num_remaining_tokens * (estimates[0] - estimates[gamma])
+    at_zero = estimates[0] if estimates is not None else latency_at_zero_s
+    if at_zero is None:
+        return None
+    return best_case_gain(gamma, at_zero, num_remaining_tokens)
+
+
+def best_case_gain(gamma: int, latency_at_zero_s: float, num_remaining_tokens: int) -> float:
+    """The most ``num_remaining_tokens`` can save at ``gamma`` whatever its estimate says:
+    every draft accepted (gamma + 1 tokens per step) at no more than a plain step's time,
+    so a token costs at least ``l~[B, 0] / (gamma + 1)``."""
+    return num_remaining_tokens * latency_at_zero_s * gamma / (gamma + 1)
 
 
 def remaining_after_step(max_tokens: int, num_output_tokens: int) -> int:

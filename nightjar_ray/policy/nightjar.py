@@ -218,6 +218,10 @@ class NightjarPolicy(Policy):
         arm yet)."""
         return None if num_reqs < 1 else self._ranked(self._key(num_reqs))
 
+    def latency_at_zero_s(self, num_reqs: int) -> float | None:
+        """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
+        return None if num_reqs < 1 else self.estimate(num_reqs, 0)
+
     def _settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
         tokens per request of ``key`` (the bucket's largest batch size)."""

@@ -284,11 +284,16 @@ class SimServer:
         remaining = sum(
             remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r, _ in chunks
         )
-        num_reqs = len(step.decodes) or len(step.prefills)
+        # as the engine's: the requests that sample this step (decodes, last chunks)
+        num_sampling = sum(r.num_computed + chunk >= r.prefill_target for r, chunk in step.prefills)
+        num_reqs = max(1, len(step.decodes) + num_sampling)
         explored = bool(step.decodes) and self.policy.last_explored
         estimates = self.policy.latency_estimates(num_reqs)
         price = None if self.observation is None else self.observation.prefill_s_per_token
-        return self.gate.allows(gamma, estimates, owed, remaining, price, explored=explored)
+        at_zero = self.policy.latency_at_zero_s(num_reqs)
+        return self.gate.allows(
+            gamma, estimates, owed, remaining, price, explored=explored, latency_at_zero_s=at_zero
+        )
 
     def _apply(self, step: ScheduledStep, draft_runs: bool) -> tuple[int, int]:
         """Emit tokens; returns (decode tokens emitted, draft tokens accepted)."""

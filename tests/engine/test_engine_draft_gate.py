@@ -1,5 +1,6 @@
-"""The draft gate on a real engine: a prompt that asks for one token is never drafted,
-and greedy outputs are the plain engine's."""
+"""The draft gate on a real engine: a prompt that asks for one token is never drafted, a
+long prompt with a few tokens to come is gated by price, and greedy outputs are the
+plain engine's."""
 
 import json
 from pathlib import Path
@@ -16,6 +17,10 @@ pytestmark = pytest.mark.engine
 
 LONG_PROMPTS = random_prompts(3, 200, TINY_SPEC.vocab_size, seed=200)
 """Four 64-token chunks each under SMALL_ENGINE's step budget."""
+PRICED_PROMPTS = random_prompts(3, 240, TINY_SPEC.vocab_size, seed=240)
+PRICED_MAX_TOKENS = 3
+"""Two decode steps each: the first has one token to come (only the price can stop it),
+the second none."""
 
 
 def test_one_token_requests_never_draft_their_prompt(
@@ -34,8 +39,15 @@ def test_one_token_requests_never_draft_their_prompt(
             outputs += run_batch(llm, [prompt], 1).token_ids
             forwards_per_long_prompt.append(draft_stats(llm)["num_draft_forwards"] - before)
         stats = draft_stats(llm)
+        num_one_token_steps = len(log.read_text().splitlines())
+        for prompt in PRICED_PROMPTS:
+            outputs += run_batch(llm, [prompt], PRICED_MAX_TOKENS).token_ids
     decisions = [json.loads(line) for line in log.read_text().splitlines()]
-    warmup, long_steps = decisions[:num_warmup_steps], decisions[num_warmup_steps:]
+    warmup, long_steps = (
+        decisions[:num_warmup_steps],
+        decisions[num_warmup_steps:num_one_token_steps],
+    )
+    _check_priced_gating(decisions[num_one_token_steps:])
     assert any(d["gamma"] > 0 for d in warmup), "the warm-up should speculate"
     # the bandit wanted to speculate over the long prompts; the gate ran gamma 0 instead
     assert sum(d["gated"] for d in long_steps) >= 3
@@ -48,4 +60,17 @@ def test_one_token_requests_never_draft_their_prompt(
     with offline_engine(copy_pair, None, **SMALL_ENGINE) as llm:
         reference = [run_batch(llm, [p], 40).token_ids[0] for p in prompts[:4]]
         reference += [run_batch(llm, [p], 1).token_ids[0] for p in LONG_PROMPTS]
+        reference += [run_batch(llm, [p], PRICED_MAX_TOKENS).token_ids[0] for p in PRICED_PROMPTS]
     assert outputs == reference
+
+
+def _check_priced_gating(steps: list[dict[str, int]]) -> None:
+    """By now the observation rule has priced the target's prefill from the prompt steps
+    (``c``), so the decode steps of a 240-token prompt with one token to come are gated by
+    price: the draft would have to catch up 240 tokens (the copy pair's draft costs what
+    the target does) to save at most one step. The ``remaining == 0`` rule explains one
+    gated decode step per request, no more."""
+    decode_steps = [d for d in steps if d["num_decode_reqs"] > 0 and d["num_prefill_tokens"] == 0]
+    assert len(decode_steps) == len(PRICED_PROMPTS) * (PRICED_MAX_TOKENS - 1)
+    assert all(d["gamma"] == 0 for d in decode_steps)
+    assert sum(d["gated"] for d in decode_steps) > len(PRICED_PROMPTS)

@@ -229,6 +229,9 @@ class Estimating(Scripted):
     def latency_estimates(self, num_reqs: int) -> list[float]:
         return [0.010, 0.009, 0.008, 0.006]
 
+    def latency_at_zero_s(self, num_reqs: int) -> float:
+        return 0.010
+
 
 def price_target_prefill(rule: ObservationRule, s_per_token: float) -> None:
     """Teach ``rule`` the target's prefill price from steps as the engine reports them."""
@@ -240,7 +243,7 @@ def price_target_prefill(rule: ObservationRule, s_per_token: float) -> None:
 
 
 def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
-    script = [(3, False)] * 4 + [(3, True)]
+    script = [(3, False)] * 4 + [(3, True)] * 2
     stepper = Stepper(  # type: ignore[arg-type]
         Estimating(script), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
@@ -253,9 +256,54 @@ def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
     assert stepper.on_schedule(long_prompt, 0.0) == 0
     # 30 tokens to come: 120 ms gain pays for the draft's prefill
     assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=30), 0.0) == 3
-    # an exploration probe passes
-    assert stepper.on_schedule(long_prompt, 0.0) == 3
+    # an exploration probe is judged by its best case, every draft accepted:
+    # 20 tokens * 10 ms * 3/4 = 150 ms pays (the estimate's 80 ms would not) ...
+    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=20), 0.0) == 3
+    # ... 10 tokens * 10 ms * 3/4 = 75 ms cannot
+    assert stepper.on_schedule(long_prompt, 0.0) == 0
     gated = [d.gated for d in stepper._pending]
-    assert gated == [False, True, True, False, False]
-    assert stepper.telemetry.read().decisions_by_mode == {"explore": 1, "exploit": 2, "gated": 2}
-    assert stepper.summary()["gated_steps"] == 2
+    assert gated == [False, True, True, False, False, True]
+    assert stepper.telemetry.read().decisions_by_mode == {"explore": 1, "exploit": 2, "gated": 3}
+    assert stepper.summary()["gated_steps"] == 3
+
+
+class StillLearning(Estimating):
+    """Its key cannot rank every arm yet; only gamma 0 has an estimate."""
+
+    def latency_estimates(self, num_reqs: int) -> None:  # type: ignore[override]
+        return None
+
+
+def test_draft_gate_judges_a_key_still_learning_by_the_best_case() -> None:
+    stepper = Stepper(  # type: ignore[arg-type]
+        StillLearning([(2, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
+    )
+    price_target_prefill(stepper.observation, s_per_token=1e-3)
+    owed = StepBatch(4, 4, 4, 0, 0, num_owed_tokens=1000, num_remaining_tokens=10)
+    # cost 100 ms; at best 10 tokens * 10 ms * 2/3 = 67 ms: gamma 0
+    assert stepper.on_schedule(owed, 0.0) == 0
+    # 20 tokens: at best 133 ms, so the arm may be tried
+    assert stepper.on_schedule(replace(owed, num_remaining_tokens=20), 0.0) == 2
+
+
+class BatchAware(Estimating):
+    """At B=1 gamma 3 saves 4 ms per token; at B=4 (key 4) 0.1 ms."""
+
+    def latency_estimates(self, num_reqs: int) -> list[float]:
+        if num_reqs == 1:
+            return super().latency_estimates(num_reqs)
+        return [0.0030, 0.0030, 0.0030, 0.0029]
+
+
+def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
+    stepper = Stepper(  # type: ignore[arg-type]
+        BatchAware([(3, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
+    )
+    price_target_prefill(stepper.observation, s_per_token=1e-3)
+    # one request decodes while three prompts (300 tokens, 30 ms of draft work) join it;
+    # 40 tokens to come: at B=1 prices they would save 160 ms, at B=4 4 ms
+    joining = StepBatch(1, 4, 4, 0, 300, num_owed_tokens=300, num_remaining_tokens=40)
+    assert stepper.on_schedule(joining, 0.0) == 0
+    # prompts with chunks still to go decode later, in whatever batch there is then: the
+    # gain is priced at the one request decoding now, and the same work is worth drafting
+    assert stepper.on_schedule(replace(joining, num_sampling_reqs=1), 0.0) == 3

@@ -5,7 +5,12 @@ import random
 import pytest
 
 from nightjar_ray.policy import StepResult, build_policy
-from nightjar_ray.policy.draft_gate import DraftGate, approx_num_params, remaining_after_step
+from nightjar_ray.policy.draft_gate import (
+    DraftGate,
+    approx_num_params,
+    best_case_gain,
+    remaining_after_step,
+)
 from nightjar_ray.policy.nightjar import NightjarPolicy
 
 ESTIMATES = [0.010, 0.008, 0.006]
@@ -58,11 +63,37 @@ def test_unknown_price_or_estimates_let_speculation_run() -> None:
     assert gate.num_gated_steps == 0
 
 
-def test_exploration_probes_pass_even_when_they_cannot_pay() -> None:
+def test_a_key_still_learning_is_judged_by_the_best_case_from_gamma_zero() -> None:
+    gate = DraftGate(0.1)
+    # no ranking yet, l~[B, 0] = 10 ms: 10 tokens could save at most 10 * 10 * 2/3 ms
+    assert not gate.allows(2, None, 1000, 10, PRICE, latency_at_zero_s=0.010)  # 67 < 100 ms
+    assert gate.allows(2, None, 1000, 20, PRICE, latency_at_zero_s=0.010)  # 133 >= 100 ms
+    assert gate.num_gated_steps == 1
+
+
+def test_nightjar_reports_gamma_zero_latency_before_its_key_is_complete() -> None:
+    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    assert policy.latency_at_zero_s(4) is None
+    policy.observe(StepResult(4, 0, 4, 0.040))
+    assert policy.latency_estimates(4) is None  # gamma 1 and 2 untried
+    assert policy.latency_at_zero_s(4) == pytest.approx(0.010)
+    assert policy.latency_at_zero_s(0) is None
+
+
+def test_exploration_probes_are_judged_by_their_best_case() -> None:
     gate = DraftGate(0.1)
     worse = [0.010, 0.012, 0.015]  # the probe's arm looks worse than gamma 0
+    # 10 owed tokens cost 1 ms; the estimate stops an exploit, not a probe
     assert not gate.allows(2, worse, 10, 100, PRICE)
     assert gate.allows(2, worse, 10, 100, PRICE, explored=True)
+    # best case: 2 of 3 tokens free -> 100 tokens * 10 ms * 2/3 = 667 ms; 6,670 owed
+    # tokens cost 667 ms (pays, just), 6,680 do not
+    assert best_case_gain(2, 0.010, 100) == pytest.approx(0.6667, abs=1e-4)
+    assert gate.allows(2, worse, 6_660, 100, PRICE, explored=True)
+    assert not gate.allows(2, worse, 6_680, 100, PRICE, explored=True)
+    # a long prompt owed with a few tokens left: no acceptance rate could pay for it
+    assert not gate.allows(4, [*ESTIMATES, 0.004, 0.003], 800, 5, PRICE, explored=True)
+    assert gate.num_gated_steps == 3
 
 
 def test_ratio_is_validated() -> None:
