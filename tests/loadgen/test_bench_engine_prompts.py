@@ -4,23 +4,12 @@ serve it without prefill, and nightjar's draft would catch up over it instead)."
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "loadtest/bench_engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.loadgen.scripts import load_script
 
 
 def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
-    bench = _bench()
+    bench = load_script("bench_engine")
     args = argparse.Namespace(
         prompt_tokens=16, prompt_tokens_max=32, max_tokens=8, max_tokens_min=4
     )

@@ -4,23 +4,12 @@ reproducible from its seed; the RSS sampler sees child processes."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mem_drift", ROOT / "loadtest/mem_drift.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.loadgen.scripts import load_script
 
 
 def _shape(
@@ -31,7 +20,7 @@ def _shape(
 
 
 def test_fixed_stream_has_one_shape_and_fresh_prompts() -> None:
-    tool = _tool()
+    tool = load_script("mem_drift")
     rng = random.Random(0)
     batches = [tool.next_batch(rng, True) for _ in range(50)]
     assert {_shape(b) for b in batches} == {(4, (64,) * 4, (32,) * 4)}
@@ -40,7 +29,7 @@ def test_fixed_stream_has_one_shape_and_fresh_prompts() -> None:
 
 
 def test_varying_stream_is_seeded_and_varies_every_dimension() -> None:
-    tool = _tool()
+    tool = load_script("mem_drift")
     assert tool.next_batch(random.Random(3), False) == tool.next_batch(random.Random(3), False)
     rng = random.Random(0)
     shapes = [_shape(tool.next_batch(rng, False)) for _ in range(200)]
@@ -50,7 +39,7 @@ def test_varying_stream_is_seeded_and_varies_every_dimension() -> None:
 
 
 def test_rss_sampler_includes_children() -> None:
-    tool = _tool()
+    tool = load_script("mem_drift")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         rss = tool.tree_rss_bytes(os.getpid())
