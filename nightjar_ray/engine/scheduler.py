@@ -13,8 +13,10 @@ With ``async_scheduling`` the class builds :class:`NightjarAsyncScheduler`
 serves both modes.
 
 Every step also leaves a :class:`LoadSnapshot` (waiting queue, free blocks) in
-the engine's telemetry: the one object both the metrics and the memory
-triggers read. Under Ray Serve (a replica set ``NIGHTJAR_SERVE_CONTEXT``) the
+the engine's telemetry, after scheduling and again after the step's output
+(finished requests' blocks freed), and one is there from start, so an idle
+engine reports its KV blocks too: the one object both the metrics and the
+memory triggers read. Under Ray Serve (a replica set ``NIGHTJAR_SERVE_CONTEXT``) the
 scheduler starts the Serve link, a background thread that joins the Ray
 cluster, pools statistics with the policy actor and exports the metrics; the
 step loop never waits on it (docs/serve.md, "The process boundary").
@@ -106,6 +108,8 @@ class NightjarScheduler(Scheduler):
         )
         self._catch_up_seen = (0.0, 0)
         self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
+        # NOTE: the KV gauges exist from start: an idle engine never schedules.
+        self.telemetry.set_load(self.load_snapshot())
         self.serve_link = self._start_serve_link()
         self._tracks_lag = cfg.draft_sync != "stock"
         spec = vllm_config.speculative_config
@@ -246,7 +250,10 @@ class NightjarScheduler(Scheduler):
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         if self.num_spec_tokens > 0:
             self._observe(scheduler_output, model_runner_output)
-        return super().update_from_output(scheduler_output, model_runner_output)
+        outputs = super().update_from_output(scheduler_output, model_runner_output)
+        # NOTE: after finished requests freed their blocks: what an idle engine reports.
+        self.telemetry.set_load(self.load_snapshot())
+        return outputs
 
     def _observe(self, out: Any, runner_output: Any) -> None:
         sampled = runner_output.sampled_token_ids or []

@@ -9,6 +9,7 @@ Statistics are read with ``llm.collective_rpc("nightjar_draft_stats")``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm.v1.outputs import ModelRunnerOutput
@@ -19,6 +20,7 @@ from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.memory_event import STATS_ATTR
+from nightjar_ray.engine.onednn_cache import bound_onednn_cache
 from nightjar_ray.engine.worker_memory import WorkerMemory
 
 
@@ -91,6 +93,11 @@ class _NightjarWorkerMixin:
 
 class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
     """vLLM's CPU worker with the Nightjar draft hook."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # NOTE: before anything builds a oneDNN primitive: oneDNN reads the capacity once.
+        bound_onednn_cache(os.environ)
+        super().__init__(*args, **kwargs)
 
     def load_model(self, *args: Any, **kwargs: Any) -> Any:
         self._capture_prepacked_draft()

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ class App:
     url: str
     metrics_url: str
     snapshot_dir: Path
+    idle_gauges: dict[str, float] = field(default_factory=dict)
+    """The Nightjar gauges scraped once the app was up, before any request."""
 
     def completion(self, prompt: Any, max_tokens: int = 24, **extra: Any) -> tuple[int, Any]:
         body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": max_tokens, **extra}
@@ -104,10 +106,26 @@ def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
         _deploy(snapshot_dir)
-        yield App(f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{metrics_port}", snapshot_dir)
+        app = App(f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{metrics_port}", snapshot_dir)
+        app.idle_gauges.update(_idle_gauges(app))
+        yield app
     finally:
         serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
+
+
+def _idle_gauges(app: App, timeout_s: float = 60.0) -> dict[str, float]:
+    """The first scrape with the KV gauges in it ({} if none came in ``timeout_s``)."""
+    from nightjar_ray.loadgen.soak import parse_gauges
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
+            gauges = parse_gauges(resp.read().decode())
+        if "ray_nightjar_kv_free_blocks" in gauges:
+            return gauges
+        time.sleep(1.0)
+    return {}
 
 
 def _stream(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -238,6 +256,15 @@ def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> No
     vllm = [s for s in samples if s.name.startswith("ray_vllm_")]
     assert {s.labels.get("ReplicaId") for s in vllm} >= {labels["replica"]}
     assert any("spec_decode" in s.name for s in vllm)
+
+
+def test_a_fresh_idle_replica_exports_its_kv_gauges(app: App) -> None:
+    """Before its first request a replica reports its KV blocks, all free (an idle engine
+    never schedules; the soak's idle reading and the dashboards need the series)."""
+    gauges = app.idle_gauges
+    assert gauges.get("ray_nightjar_kv_blocks", 0) > 0, gauges
+    assert gauges["ray_nightjar_kv_free_blocks"] == gauges["ray_nightjar_kv_blocks"], gauges
+    assert gauges["ray_nightjar_running_requests"] == 0, gauges
 
 
 def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> None:
