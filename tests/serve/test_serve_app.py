@@ -114,18 +114,13 @@ def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ray.shutdown()
 
 
-def _idle_gauges(app: App, timeout_s: float = 60.0) -> dict[str, float]:
-    """The first scrape with the KV gauges in it ({} if none came in ``timeout_s``)."""
-    from nightjar_ray.loadgen.soak import parse_gauges
+def _idle_gauges(app: App) -> dict[str, float]:
+    """The Nightjar gauges once the KV ones are exported (what the soak reads idle)."""
+    from nightjar_ray.loadgen.soak import metrics_sampler, wait_for_gauges
 
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
-            gauges = parse_gauges(resp.read().decode())
-        if "ray_nightjar_kv_free_blocks" in gauges:
-            return gauges
-        time.sleep(1.0)
-    return {}
+    sampler = metrics_sampler(f"{app.metrics_url}/metrics")
+    wait_for_gauges(sampler, timeout_s=60.0)
+    return sampler()[1]
 
 
 def _stream(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
