@@ -46,8 +46,13 @@ def engine_kwargs(
 ) -> dict[str, Any]:
     """``vllm.LLM`` kwargs: plain (``nightjar=None, stock_gamma=None``), stock
     vLLM SD at ``stock_gamma``, or Nightjar. ``spec_extra`` adds
-    ``speculative_config`` fields (e.g. ``draft_tensor_parallel_size``)."""
-    kwargs = {**CPU_DEFAULTS, **overrides, "model": str(pair.target_dir)}
+    ``speculative_config`` fields (e.g. ``draft_tensor_parallel_size``).
+
+    The engine computes in the pair's dtype unless ``dtype`` is overridden.
+    """
+    # NOTE: vLLM's dtype "auto" downcasts float32 checkpoints to bfloat16 on x86
+    # CPUs, so a float32 pair must name its dtype to be computed in float32.
+    kwargs = {**CPU_DEFAULTS, "dtype": pair.spec.dtype, **overrides, "model": str(pair.target_dir)}
     spec: dict[str, Any] = {"method": method, **(spec_extra or {})}
     if method == "draft_model":
         spec["model"] = str(pair.draft_dir)

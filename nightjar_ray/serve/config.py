@@ -14,7 +14,9 @@
 
 Model sources ``generated:<pair>`` (target) and ``generated:<pair>/draft``
 (draft) name a generated pair (``GENERATED_PAIRS``), built on first use into
-the cache directory; the CPU demo uses them, so nothing is downloaded.
+the cache directory; the CPU demo uses them, so nothing is downloaded. Such a
+target is served in its pair's dtype unless ``engine_kwargs.dtype`` says
+otherwise (vLLM's ``auto`` would compute a float32 pair in bfloat16 on x86).
 """
 
 from __future__ import annotations
@@ -91,8 +93,21 @@ def _resolve(source: str, field: str) -> str:
         raise ValueError(f"invalid config: {field}: {e}") from None
 
 
+def generated_dtype(source: Any) -> str | None:
+    """The dtype of the generated pair ``source`` names, or None for other sources."""
+    if not isinstance(source, str) or not source.startswith(GENERATED_PREFIX):
+        return None
+    spec = GENERATED_PAIRS.get(source[len(GENERATED_PREFIX) :].partition("/")[0])
+    return None if spec is None else spec.dtype
+
+
 def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any]:
     kwargs = dict(raw.get("engine_kwargs") or {})
+    loading = raw.get("model_loading_config")
+    dtype = generated_dtype(loading.get("model_source") if isinstance(loading, dict) else None)
+    if dtype is not None:
+        # NOTE: vLLM's "auto" would compute a float32 pair in bfloat16 on x86 CPUs.
+        kwargs.setdefault("dtype", dtype)
     spec = dict(kwargs.get("speculative_config") or {})
     if isinstance(spec.get("model"), str):
         spec["model"] = _resolve(spec["model"], "engine_kwargs.speculative_config.model")

@@ -3,6 +3,7 @@ the same steps (decisions follow the broadcast SchedulerOutput), outputs stay
 identical to plain TP=2 decoding and acceptance survives the switches."""
 
 import pytest
+import torch
 
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, run_batch, spec_counters
@@ -29,6 +30,14 @@ def test_tp2_ranks_agree_and_stay_lossless(
         outputs = run_batch(llm, prompts[:4], 40).token_ids
         ranks = llm.collective_rpc("nightjar_draft_stats")
         acceptance = spec_counters(llm).acceptance_rate
+        config_of = llm.llm_engine.vllm_config
+        dtypes = (
+            config_of.model_config.dtype,
+            config_of.speculative_config.draft_model_config.dtype,
+        )
+    # the pair's float32, not the bfloat16 vLLM's "auto" picks on x86 (AMX bf16 GEMMs round
+    # differently per batch shape, which flipped near-tied greedy tokens here)
+    assert dtypes == (torch.float32, torch.float32)
     assert outputs == reference
     assert len(ranks) == 2 and ranks[0]["num_catch_ups"] > 0
     keys = ("num_skipped_steps", "num_catch_ups", "num_catch_up_tokens", "num_draft_forwards")

@@ -14,7 +14,7 @@ import yaml
 
 from nightjar_ray.cli.demo import demo_app_args
 from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
-from nightjar_ray.serve.config import parse_app_config, resolve_generated
+from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
 
 from .conftest import app_args
 
@@ -100,6 +100,22 @@ def test_generated_sources_resolve_to_the_cached_pair(nightjar_cache: Path) -> N
     assert resolve_generated("org/model") == "org/model"
     templates = [target / "chat_template.jinja", target / "tokenizer_config.json"]
     assert any(p.is_file() and "add_generation_prompt" in p.read_text() for p in templates)
+
+
+def test_a_generated_pair_is_served_in_its_own_dtype(nightjar_cache: Path) -> None:
+    """vLLM's dtype "auto" computes a float32 checkpoint in bfloat16 on x86 CPUs; a
+    generated pair names its dtype unless the config does."""
+
+    def dtype_of(source: str, **engine: Any) -> Any:
+        args = app_args(nightjar_cache)
+        args["model_loading_config"]["model_source"] = source
+        args["engine_kwargs"].update(engine)
+        return parse_app_config(args).llm_config.engine_kwargs["dtype"]
+
+    assert dtype_of("generated:tiny") == "float32"
+    assert dtype_of("generated:tiny", dtype="bfloat16") == "bfloat16"
+    assert generated_dtype("generated:default") == "bfloat16"
+    assert generated_dtype("org/model") is None and generated_dtype("generated:nope") is None
 
 
 # NOTE: the tests below start a local Ray cluster (building a Serve app needs one); they
