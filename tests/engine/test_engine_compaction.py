@@ -25,9 +25,9 @@ TIGHT_ENGINE: dict[str, Any] = {
     "max_num_batched_tokens": 64,
     "max_model_len": 256,
     "block_size": 32,
-    "kv_cache_memory_bytes": 3_000_000,
+    "kv_cache_memory_bytes": 6_000_000,
 }
-"""36 blocks of 32 tokens with the draft's layers: 8 running requests fill the pool."""
+"""36 float32 blocks of 32 tokens with the draft's layers: 8 running requests fill the pool."""
 LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70, 12, 80, 36, 55, 27, 66, 8, 95)
 MAX_TOKENS = 48
 
@@ -69,7 +69,7 @@ def test_compaction_cycles_under_load_are_lossless(
     assert 0 < worker["arena_resident_bytes"] <= worker["stock_kv_bytes"]
 
 
-TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 1_500_000}
+TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 3_000_000}
 """Each rank holds half the KV heads: half the bytes give the same 36 blocks."""
 TP2_SPEC = {"draft_tensor_parallel_size": 2}
 
