@@ -89,7 +89,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--dtype",
         default=None,
-        help="e2e: engine dtype (e.g. float32: bf16 matmuls take a slow fallback on AVX2 CPUs).",
+        help="Engine dtype of every part (default: the pair's, bfloat16; float32 avoids the "
+        "slow bfloat16 fallback on CPUs without AVX512-BF16/AMX).",
     )
     p.add_argument("--warmup-rounds", type=int, default=30, help="Nightjar warm-up passes.")
     p.add_argument(
@@ -166,6 +167,11 @@ def request_mix(n: int, args: argparse.Namespace, seed: int) -> tuple[list[list[
     return prompts, [rng.randint(out_lo, args.max_tokens) for _ in range(n)]
 
 
+def engine_overrides(args: Any) -> dict[str, Any]:
+    """vLLM kwargs every engine of the run gets (``--dtype``)."""
+    return {} if args.dtype is None else {"dtype": args.dtype}
+
+
 def interleaved(
     pair: ModelPair, engines: dict[str, dict[str, Any]], batches: tuple[int, ...], args: Any
 ) -> dict[str, dict[int, float]]:
@@ -174,7 +180,10 @@ def interleaved(
 
     samples: dict[str, dict[int, list[float]]] = {n: {b: [] for b in batches} for n in engines}
     with ExitStack() as stack:
-        llms = {n: stack.enter_context(offline_engine(pair, **kw)) for n, kw in engines.items()}
+        over = engine_overrides(args)
+        llms = {
+            n: stack.enter_context(offline_engine(pair, **kw, **over)) for n, kw in engines.items()
+        }
         for name, llm in llms.items():
             # warm-up: shapes, kernels
             tps(llm, batches[-1], args, prompt_seed(KERNEL_WARMUP, 0, batches[-1]))
@@ -268,6 +277,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         "max_num_seqs": 64,
         "kv_cache_memory_bytes": 256 << 20,
         "max_model_len": max(1024, longest),
+        **engine_overrides(args),
     }
     lineup = list(json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES)
     if args.aa_control:

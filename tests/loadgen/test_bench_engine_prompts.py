@@ -28,3 +28,11 @@ def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
     # the same (phase, round, batch) gives every engine the same prompts (paired rounds)
     again = bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
     assert again == bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
+
+
+def test_dtype_reaches_every_engine_of_the_run() -> None:
+    """``--dtype`` was once parsed and never passed on, so "float32" runs computed in the
+    pair's bfloat16 (docs/benchmarks.md, "Lossless on AMX CPUs")."""
+    bench = load_script("bench_engine")
+    assert bench.engine_overrides(argparse.Namespace(dtype="float32")) == {"dtype": "float32"}
+    assert bench.engine_overrides(argparse.Namespace(dtype=None)) == {}
