@@ -165,7 +165,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=32)
     p.add_argument("--prompt-tokens", type=int, default=160)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--kv-bytes", type=int, default=4_000_000)
+    p.add_argument(
+        "--kv-bytes",
+        type=int,
+        default=8_000_000,
+        help="KV budget (8,000,000: 48 blocks of 32 tokens for the tiny pair in float32).",
+    )
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
