@@ -72,11 +72,20 @@ def parse_nightjar(raw: Any) -> NightjarConfig:
         raise ValueError(f"invalid config: {format_errors(e, 'nightjar')}") from None
 
 
+def _split_generated(source: str) -> tuple[str, str] | None:
+    """``(pair, part)`` of ``generated:<pair>[/<part>]``; None for other sources."""
+    if not source.startswith(GENERATED_PREFIX):
+        return None
+    name, _, part = source[len(GENERATED_PREFIX) :].partition("/")
+    return name, part
+
+
 def resolve_generated(source: str) -> str:
     """Path of a generated model for ``generated:<pair>[/draft]``; other sources unchanged."""
-    if not source.startswith(GENERATED_PREFIX):
+    split = _split_generated(source)
+    if split is None:
         return source
-    name, _, part = source[len(GENERATED_PREFIX) :].partition("/")
+    name, part = split
     if name not in GENERATED_PAIRS or part not in ("", "draft"):
         raise ValueError(
             f"unknown generated model {source!r}: use generated:<pair> or "
@@ -95,9 +104,8 @@ def _resolve(source: str, field: str) -> str:
 
 def generated_dtype(source: Any) -> str | None:
     """The dtype of the generated pair ``source`` names, or None for other sources."""
-    if not isinstance(source, str) or not source.startswith(GENERATED_PREFIX):
-        return None
-    spec = GENERATED_PAIRS.get(source[len(GENERATED_PREFIX) :].partition("/")[0])
+    split = _split_generated(source) if isinstance(source, str) else None
+    spec = None if split is None else GENERATED_PAIRS.get(split[0])
     return None if spec is None else spec.dtype
 
 
