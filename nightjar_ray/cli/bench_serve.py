@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.bench import BASELINE, CONTENDERS, scenarios
+from nightjar_ray.loadgen.bench import BASELINE, CONTENDER_EXTRAS, CONTENDERS, scenarios
 
 MODEL_ID = "bench"
 KV_BLOCKS = 128
@@ -41,8 +41,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def contender_args(pair: str, policy: str, params: dict[str, Any]) -> dict[str, Any]:
-    """One contender's app config: the main job's config with another policy."""
+def contender_args(
+    pair: str, policy: str, params: dict[str, Any], extras: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One contender's app config: the main job's config with another policy and, from
+    ``extras``, other ``nightjar:`` fields (``nightjar-elastic``: elastic memory on)."""
     from nightjar_ray.cli.demo import demo_app_args
 
     args = demo_app_args(pair, 1)
@@ -51,7 +54,8 @@ def contender_args(pair: str, policy: str, params: dict[str, Any]) -> dict[str, 
     # NOTE: every contender is resident at once; 128 blocks of vLLM's CPU block size
     # (128 tokens) hold 16k tokens, the scenarios' peak concurrency, and no more.
     args["engine_kwargs"]["num_gpu_blocks_override"] = KV_BLOCKS
-    args["nightjar"] = {**args["nightjar"], "policy": policy, "policy_params": params}
+    nightjar = {**args["nightjar"], "policy": policy, "policy_params": params}
+    args["nightjar"] = {**nightjar, **(extras or {})}
     return args
 
 
@@ -66,7 +70,7 @@ def _deploy(args: argparse.Namespace, contenders: list[str]) -> str:
     for name in contenders:
         policy, params = CONTENDERS[name]
         print(f"deploying {name} ({policy} {params or ''})", file=sys.stderr, flush=True)
-        app = build_app(contender_args(args.pair, policy, params))
+        app = build_app(contender_args(args.pair, policy, params, CONTENDER_EXTRAS.get(name)))
         serve.run(app, name=name, route_prefix=f"/{name}")
     return f"http://127.0.0.1:{args.http_port}"
 
@@ -87,6 +91,41 @@ def _calibrate(url: str, duration_s: float) -> float:
     )
     summary = summarize(asyncio.run(run_open_loop(f"{url}/{BASELINE}", MODEL_ID, reqs)))
     return float(summary["request_throughput"])
+
+
+def _app_counts(app: str) -> dict[str, Any] | None:
+    """One app's whole-run counters summed over its replicas' latest reports to its policy
+    actor: steps per gamma, decisions per mode, elastic-memory events; ``None`` when the
+    actor cannot be read."""
+    import ray
+    from ray.exceptions import RayError
+
+    from nightjar_ray.serve.faults import policy_actor
+
+    try:
+        status = ray.get(policy_actor(app).status.remote(), timeout=10)
+    except (RayError, RuntimeError):
+        return None
+    steps: list[int] = []
+    modes: dict[str, int] = {}
+    events: dict[str, int] = {}
+    for replica in status["replicas"].values():
+        report = replica.get("report") or {}
+        for g, n in enumerate(report.get("steps_by_gamma", ())):
+            steps += [0] * (g + 1 - len(steps))
+            steps[g] += int(n)
+        for mode, n in report.get("decisions_by_mode", {}).items():
+            modes[mode] = modes.get(mode, 0) + int(n)
+        for kind, (n, _s) in report.get("memory_events", {}).items():
+            events[kind] = events.get(kind, 0) + int(n)
+    return {"steps_by_gamma": steps, "decisions_by_mode": modes, "memory_events": events}
+
+
+def _counts(contenders: list[str]) -> dict[str, dict[str, Any] | None]:
+    counts = {name: _app_counts(name) for name in contenders}
+    for name, c in counts.items():
+        print(f"counters {name}: {c}", file=sys.stderr, flush=True)
+    return counts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
-            "pair": args.pair, "wall_s": time.time() - started, "cpus": os.cpu_count()}  # fmt: skip
+            "pair": args.pair, "wall_s": time.time() - started, "cpus": os.cpu_count(),
+            "counters": _counts(contenders)}  # fmt: skip
     (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
     plot_ratios(result, args.out / "ratios.png")
     header = (

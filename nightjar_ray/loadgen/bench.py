@@ -32,6 +32,7 @@ BASELINE = "off"
 CONTROL = "off-aa"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "nightjar": ("nightjar", {}),
+    "nightjar-elastic": ("nightjar", {}),
     "nightjar-paper": ("nightjar-paper", {}),
     "off": ("off", {}),
     "fixed-1": ("fixed", {"gamma": 1}),
@@ -44,6 +45,10 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     CONTROL: ("off", {}),
 }
 """name -> (policy, policy_params) of the ``nightjar:`` block."""
+CONTENDER_EXTRAS: dict[str, dict[str, Any]] = {
+    "nightjar-elastic": {"elastic_memory": {"enabled": True}},
+}
+"""name -> further ``nightjar:`` fields (the rest of the block is the main job's)."""
 
 
 @dataclass(frozen=True)
