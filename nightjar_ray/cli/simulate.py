@@ -153,6 +153,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().reclaim_draft_kv,
         help="Offload frees the draft's per-block KV share too (docs/simulator.md).",
     )
+    p.add_argument(
+        "--offload-outvalued",
+        action=argparse.BooleanOptionalAction,
+        default=RunKnobs().offload_outvalued,
+        help="Offload a draft whose memory is worth more as KV cache (docs/memory.md).",
+    )
     add_policy_seed_offset(p)
     p.add_argument("--seed", type=int, default=0)
 

@@ -92,6 +92,15 @@ class ElasticMemoryConfig(BaseModel):
             "contraction (the paper: 1)."
         ),
     )
+    offload_outvalued: bool = Field(
+        default=True,
+        description=(
+            "Also offload when requests wait for blocks and the draft's memory, as KV "
+            "cache, would grow the batch by more than speculation speeds it up by the "
+            "policy's estimates (docs/memory.md, 'Outvalued'). False: the paper's "
+            "condition alone (speculation off)."
+        ),
+    )
     self_check: bool = Field(
         default=False,
         description=(

@@ -38,6 +38,7 @@ from nightjar_ray.memory.triggers import (
     MemoryAction,
     MemoryView,
     TriggerConfig,
+    draft_outvalued,
 )
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
@@ -78,8 +79,11 @@ class ElasticController:
         config: ElasticMemoryConfig,
         telemetry: EngineTelemetry,
         clock: Callable[[], float] = time.perf_counter,
+        max_num_reqs: int = 1,
     ) -> None:
         self.config = config
+        self.max_num_reqs = max_num_reqs
+        """vLLM's ``max_num_seqs``: how far a grown pool can grow the batch."""
         self.telemetry = telemetry
         self.clock = clock
         self._raw_pool = pool
@@ -138,13 +142,30 @@ class ElasticController:
             return self._contract()
         return None
 
-    def after_schedule(self, load: LoadSnapshot, sd_disabled: bool) -> None:
-        """Run the triggers on this step's snapshot; the action waits for the next step."""
+    def after_schedule(
+        self,
+        load: LoadSnapshot,
+        sd_disabled: bool,
+        speculation_gain: float | None = None,
+        num_reqs: int = 0,
+    ) -> None:
+        """Run the triggers on this step's snapshot; the action waits for the next step.
+        ``speculation_gain`` at batch size ``num_reqs`` (``Policy.speculation_gain``)
+        prices the draft against its memory (``draft_outvalued``)."""
         if self.triggers is None:
             return
+        outvalued = self.config.offload_outvalued and draft_outvalued(
+            speculation_gain,
+            num_reqs,
+            load.num_waiting_reqs,
+            load.num_total_blocks - load.num_free_blocks,
+            self.num_region_blocks,
+            self.max_num_reqs,
+        )
         view = MemoryView(
             residency=self.residency,
             sd_disabled=sd_disabled,
+            draft_outvalued=outvalued,
             num_free_blocks=load.num_free_blocks,
             num_waiting_reqs=load.num_waiting_reqs,
             can_contract=self._can_contract(load),

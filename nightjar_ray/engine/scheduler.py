@@ -127,7 +127,12 @@ class NightjarScheduler(Scheduler):
         steps = elastic.chaos_offload_steps
         self.draft_cycle = DraftCycle(steps) if steps and speculates else None
         self.memory = (
-            ElasticController(self.kv_cache_manager.block_pool, elastic, self.telemetry)
+            ElasticController(
+                self.kv_cache_manager.block_pool,
+                elastic,
+                self.telemetry,
+                max_num_reqs=self.max_num_running_reqs,
+            )
             if elastic.enabled and speculates
             else None
         )
@@ -159,7 +164,9 @@ class NightjarScheduler(Scheduler):
         load = self.load_snapshot()
         self.telemetry.set_load(load)
         if self.memory is not None:
-            self.memory.after_schedule(load, self.nightjar.sd_disabled)
+            self.memory.after_schedule(
+                load, self.nightjar.sd_disabled, *self.nightjar.draft_value()
+            )
         self._attach_memory_event(out, event)
         return out
 

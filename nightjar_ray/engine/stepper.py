@@ -144,6 +144,7 @@ class Stepper:
         self._last_end_s = float("-inf")
         self._prev_gamma = 0
         self._prev_explored = False
+        self._prev_num_reqs = 0
         self._step = 0
         self.history: deque[StepDecision] = deque(maxlen=max_history)
         self.gamma_counts: Counter[int] = Counter()
@@ -190,6 +191,7 @@ class Stepper:
         self._step += 1
         self._prev_gamma = gamma
         self._prev_explored = explored
+        self._prev_num_reqs = num_reqs
         self.gamma_counts[gamma] += 1
         return gamma
 
@@ -219,6 +221,15 @@ class Stepper:
         """§6.1 condition (1) after the last scheduled step: it played gamma = 0 and that
         was not an exploration probe (the simulator's ``offload_trigger="exploited"``)."""
         return self._prev_gamma == 0 and not self._prev_explored
+
+    def draft_value(self) -> tuple[float | None, int]:
+        """(``Policy.speculation_gain``, B) at the last scheduled step's batch size: what
+        the memory triggers weigh the draft's memory against (``None`` at B = 0)."""
+        num_reqs = self._prev_num_reqs
+        if num_reqs < 1:
+            return None, 0
+        with self.policy_lock:
+            return self.policy.speculation_gain(num_reqs), num_reqs
 
     def on_output(
         self, num_tokens: int, num_draft_tokens: int, num_accepted_tokens: int

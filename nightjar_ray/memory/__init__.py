@@ -18,6 +18,7 @@ from nightjar_ray.memory.triggers import (
     MemoryAction,
     MemoryView,
     TriggerConfig,
+    draft_outvalued,
 )
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "MemoryAction",
     "MemoryView",
     "TriggerConfig",
+    "draft_outvalued",
     "plan_migration",
 ]

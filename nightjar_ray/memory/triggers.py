@@ -4,13 +4,20 @@ the same :class:`ElasticTriggers`.
 
 ::
 
-    RESIDENT --(SD disabled and N_free < tau_low, for expand_persist_steps steps)--> EXPAND
+    RESIDENT --(SD disabled or outvalued, and N_free < tau_low, for expand_persist_steps
+                steps)--> EXPAND
     OFFLOADED --(|Q_wait| = 0 and N_free > N_region + tau_low and the region can be
                  emptied, for contract_persist_steps steps)--> CONTRACT
     RELOADING: no decision until the draft is resident (and caught up) again
 
 The gap between the two conditions (N_free < tau_low against N_free > N_region + tau_low)
 is the hysteresis: a pool that just grew by N_region blocks does not shrink back at once.
+
+"Outvalued" (beyond the paper, :func:`draft_outvalued`): requests wait for blocks and the
+draft's memory, as KV cache, would let the batch grow by more than speculation speeds a
+step up at this batch size, by the policy's own estimates. The paper's condition (1) waits
+for the policy to settle on gamma = 0; at a batch size it has not learned yet, the policy
+keeps trying speculative arms while the queue grows (docs/memory.md, "Outvalued").
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ class MemoryView:
     num_waiting_reqs: int
     can_contract: bool = True
     """Whether the region's live blocks fit in free blocks below the boundary now."""
+    draft_outvalued: bool = False
+    """The draft's memory is worth more as KV cache now (:func:`draft_outvalued`)."""
 
 
 class ElasticTriggers:
@@ -81,7 +90,8 @@ class ElasticTriggers:
         """Advance one scheduling step; the caller performs the returned action."""
         cfg = self.config
         if view.residency is DraftResidency.RESIDENT:
-            scarce = view.sd_disabled and view.num_free_blocks < cfg.tau_low_blocks
+            off = view.sd_disabled or view.draft_outvalued
+            scarce = off and view.num_free_blocks < cfg.tau_low_blocks
             self.num_scarce_steps = self.num_scarce_steps + 1 if scarce else 0
             if self.num_scarce_steps >= cfg.expand_persist_steps:
                 self.num_scarce_steps = 0
@@ -97,3 +107,28 @@ class ElasticTriggers:
                 self.num_calm_steps = 0
                 return MemoryAction.CONTRACT
         return None
+
+
+def draft_outvalued(
+    speculation_gain: float | None,
+    num_reqs: int,
+    num_waiting_reqs: int,
+    num_used_blocks: int,
+    num_region_blocks: int,
+    max_num_reqs: int,
+) -> bool:
+    """Whether the draft's memory is worth more as KV cache than as a draft right now.
+
+    Requests wait, so the batch is bounded by blocks: an offload would let it grow from
+    ``num_reqs`` to about ``num_reqs * (used + region) / used`` (at most
+    ``max_num_reqs``), and a plain step decodes about that many more tokens per second.
+    ``speculation_gain`` (``Policy.speculation_gain``) bounds what speculation gains at
+    this batch size; the draft is outvalued when the growth beats it. ``None`` (a policy
+    without estimates) never is.
+    """
+    if speculation_gain is None or num_waiting_reqs == 0 or num_reqs < 1:
+        return False
+    if num_used_blocks < 1 or num_region_blocks < 1:
+        return False
+    grown = min(max_num_reqs, num_reqs * (num_used_blocks + num_region_blocks) / num_used_blocks)
+    return grown / num_reqs > speculation_gain

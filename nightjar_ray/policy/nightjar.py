@@ -222,6 +222,20 @@ class NightjarPolicy(Policy):
         """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
         return None if num_reqs < 1 else self.estimate(num_reqs, 0)
 
+    def speculation_gain(self, num_reqs: int) -> float:
+        """``l~[B, 0] / min_gamma l~[B, gamma]`` at the key of ``num_reqs`` once it ranks
+        every arm; before that, at the largest smaller key that does (speculation gains
+        less as B grows, so a smaller batch's gain bounds this one's); 1.0 while no key
+        at or below it ranks (no evidence yet that speculation pays here)."""
+        key = self._key(max(num_reqs, 1))
+        means = self._ranked(key)
+        if means is None:
+            below = [k for k in self._complete_keys if k < key]
+            if not below:
+                return 1.0
+            means = self._table.means[max(below)]
+        return means[0] / min(means)
+
     def _settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
         tokens per request of ``key`` (the bucket's largest batch size)."""

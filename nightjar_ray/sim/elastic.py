@@ -62,6 +62,10 @@ class ElasticParams:
     """Consecutive steps the contraction condition must hold (1 = the paper: at once)."""
     reclaim_draft_kv: bool = False
     """Also free the draft's per-block KV share on offload (see module docstring)."""
+    offload_outvalued: bool = False
+    """An outvalued draft (``memory/triggers.py: draft_outvalued``) counts as off for the
+    offload trigger, as the engine's ``elastic_memory.offload_outvalued``; False: the
+    paper's condition (1) alone."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +109,14 @@ class ElasticMemory:
             self.events.append(MemoryEvent(self.ready_s, "reloaded", 0))
         return self.state is DraftState.RESIDENT
 
-    def after_step(self, now_s: float, sd_disabled: bool, num_waiting: int) -> float:
+    def after_step(
+        self, now_s: float, sd_disabled: bool, num_waiting: int, draft_outvalued: bool = False
+    ) -> float:
         """Apply the triggers after a step; returns the stall (seconds) the engine pays."""
         view = MemoryView(
             residency=self.state,
             sd_disabled=sd_disabled,
+            draft_outvalued=draft_outvalued,
             num_free_blocks=self.pool.num_free_blocks,
             num_waiting_reqs=num_waiting,
             can_contract=self.pool.can_contract(self.num_offload_blocks),

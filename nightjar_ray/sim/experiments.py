@@ -52,6 +52,8 @@ class RunKnobs:
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
     paper's weights-only offload, docs/simulator.md)."""
+    offload_outvalued: bool = True
+    """An outvalued draft counts as off for the offload trigger (``ElasticParams``)."""
     policy_seed_offset: int = 0
     """Added to the policy RNG's seed only: the same workload and acceptance draws, other
     policy draws (how far a policy's own randomness moves a result)."""
@@ -151,6 +153,7 @@ def elastic_params(setting: Setting, knobs: RunKnobs) -> ElasticParams:
         reload_s=plan.draft_weight_bytes / setting.hw.pcie_bw_bytes_per_s,
         migrate_s_per_block=2.0 * plan.block_bytes / setting.hw.effective_bw,
         reclaim_draft_kv=knobs.reclaim_draft_kv,
+        offload_outvalued=knobs.offload_outvalued,
     )
 
 

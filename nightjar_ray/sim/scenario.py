@@ -95,6 +95,10 @@ class ScenarioConfig(BaseModel):
         RunKnobs().reclaim_draft_kv,
         description="Offload frees the draft's per-block KV share too, not only its weights.",
     )
+    offload_outvalued: bool = Field(
+        RunKnobs().offload_outvalued,
+        description="Offload a draft outvalued by its memory too (memory/triggers.py).",
+    )
     policy_seed_offset: int = Field(
         RunKnobs().policy_seed_offset,
         ge=0,

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from nightjar_ray.memory.triggers import draft_outvalued
 from nightjar_ray.policy.base import Policy, StepResult
 from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
 from nightjar_ray.policy.draft_gate import DraftGate, remaining_after_step
@@ -221,7 +222,7 @@ class SimServer:
         assert elastic is not None
         was_resident = elastic.state is DraftState.RESIDENT
         self.now_s += elastic.after_step(
-            self.now_s, self.sd_disabled(), len(self.scheduler.waiting)
+            self.now_s, self.sd_disabled(), len(self.scheduler.waiting), self._draft_outvalued()
         )
         offloaded = was_resident and elastic.state is DraftState.OFFLOADED
         if offloaded and elastic.params.reclaim_draft_kv:
@@ -249,6 +250,21 @@ class SimServer:
         if self.options.observed_time != "decode" or not step.prefills:
             return total_s
         return self.cost.cost(replace(step, prefills=()), draft_runs).total_s
+
+    def _draft_outvalued(self) -> bool:
+        """The engine's rule (``memory/triggers.py: draft_outvalued``) on this step."""
+        assert self.elastic is not None
+        if not self.elastic.params.offload_outvalued:
+            return False
+        num_reqs = self.last_num_reqs
+        return draft_outvalued(
+            self.policy.speculation_gain(num_reqs) if num_reqs > 0 else None,
+            num_reqs,
+            len(self.scheduler.waiting),
+            self.pool.num_blocks - self.pool.num_free_blocks,
+            self.elastic.num_offload_blocks,
+            self.setting.max_num_seqs,
+        )
 
     def _on_bin(self, key: int, _j: int, _b: int, explored: bool, _gamma: int) -> None:
         self._bin_explored[key] = explored

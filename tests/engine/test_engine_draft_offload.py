@@ -217,3 +217,32 @@ def test_requests_arriving_while_the_draft_is_away_or_reloading_are_served(
             arrived[residency] = arrived.get(residency, 0) + 1
     assert arrived == {"offloaded": 2, "reloading": 2}
     assert outputs == {i: copy_reference[i] for i in range(16)}
+
+
+def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
+    copy_pair: ModelPair,
+    copy_prompts: list[list[int]],
+    copy_reference: list[list[int]],
+    tmp_path: Path,
+) -> None:
+    """The nightjar policy with the controller: requests wait for blocks while the policy
+    is still learning (no batch size ranks its arms: no evidence speculation pays), so the
+    draft's memory is worth more as KV cache (``draft_outvalued``) and goes there although
+    the policy is speculating, the paper's condition (1) does not hold. Lossless."""
+    log = tmp_path / "decisions.jsonl"
+    config = NightjarConfig(
+        gamma_max=3, policy="nightjar", decision_log_path=str(log), elastic_memory=ELASTIC
+    )
+    with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
+        out = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
+        (worker,) = llm.collective_rpc("nightjar_memory_stats")
+    assert out == copy_reference
+    assert worker["scheduler"]["num_expansions"] >= 1
+    decisions = _decisions(log)
+    first_away = next(i for i, d in enumerate(decisions) if d["draft_away"])
+    # the scarce steps the expansion counted: under the paper's condition alone every one
+    # of them would have played an exploited gamma = 0
+    persist = ELASTIC["expand_persist_steps"]
+    assert isinstance(persist, int)
+    window = decisions[first_away - persist : first_away]
+    assert any(d["gamma"] > 0 for d in window), "the paper's condition alone would wait"

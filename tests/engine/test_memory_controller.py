@@ -103,3 +103,22 @@ def test_a_draft_that_frees_no_block_leaves_the_controller_off() -> None:
     assert all(_step(c, pool, sd_disabled=True, waiting=1) is None for _ in range(5))
     with pytest.raises(ValueError, match="max_num_blocks"):
         ElasticController(pool, CONFIG, EngineTelemetry(3)).on_worker_output(20, False)
+
+
+@pytest.mark.parametrize(
+    ("gain", "offload_outvalued", "expands"),
+    [(1.2, True, True), (2.0, True, False), (1.2, False, False), (None, True, False)],
+)
+def test_a_draft_outvalued_by_its_memory_is_offloaded_while_speculating(
+    gain: float | None, offload_outvalued: bool, expands: bool
+) -> None:
+    pool = BlockPool(21, enable_caching=True, hash_block_size=16)
+    config = CONFIG.model_copy(update={"offload_outvalued": offload_outvalued})
+    c = ElasticController(pool, config, EngineTelemetry(3), max_num_reqs=8)
+    c.on_worker_output(num_max_blocks=31, draft_ready=False)
+    pool.get_new_blocks(19)  # 1 free < tau_low 2; 4 requests on 19 blocks -> 6 on 29 (x1.5)
+    for _ in range(2):
+        assert c.before_schedule() is None
+        c.after_schedule(_load(pool, num_waiting=2), False, gain, 4)
+    event = c.before_schedule()
+    assert (event is not None and event.draft_commands == ("offload",)) is expands

@@ -307,3 +307,14 @@ def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
     # prompts with chunks still to go decode later, in whatever batch there is then: the
     # gain is priced at the one request decoding now, and the same work is worth drafting
     assert stepper.on_schedule(replace(joining, num_sampling_reqs=1), 0.0) == 3
+
+
+def test_draft_value_is_the_policy_gain_at_the_last_scheduled_batch() -> None:
+    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
+        policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
+    stepper = Stepper(policy, gamma_cap=2, clock=FakeClock())
+    assert stepper.draft_value() == (None, 0)  # nothing scheduled yet
+    stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
+    gain, num_reqs = stepper.draft_value()
+    assert num_reqs == 4 and gain == pytest.approx(2.0)

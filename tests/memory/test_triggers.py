@@ -8,6 +8,7 @@ from nightjar_ray.memory import (
     MemoryAction,
     MemoryView,
     TriggerConfig,
+    draft_outvalued,
     plan_migration,
 )
 
@@ -66,3 +67,27 @@ def test_migration_plan_is_one_to_one_or_none() -> None:
     assert plan_migration([1, 2], [], 10) == {}
     with pytest.raises(ValueError):
         plan_migration([], [], -1)
+
+
+def test_an_outvalued_draft_counts_as_off_for_the_expansion() -> None:
+    triggers = ElasticTriggers(TriggerConfig(10, 30, expand_persist_steps=2))
+    outvalued = MemoryView(RES, False, 5, 4, draft_outvalued=True)
+    assert triggers.step(outvalued) is None
+    assert triggers.step(outvalued) is MemoryAction.EXPAND
+    # speculating and not outvalued: the paper's condition alone, no expansion
+    assert [triggers.step(_view(RES, 5, sd_off=False, waiting=4)) for _ in range(3)] == [None] * 3
+
+
+def test_draft_outvalued_weighs_batch_growth_against_speculation_gain() -> None:
+    # 8 requests hold 40 blocks; 20 more blocks would run 12 (x1.5)
+    assert draft_outvalued(1.4, 8, 3, 40, 20, 256)
+    assert not draft_outvalued(1.6, 8, 3, 40, 20, 256)
+    # nobody waits for blocks: the draft keeps its memory whatever it is worth
+    assert not draft_outvalued(1.0, 8, 0, 40, 20, 256)
+    # the batch cannot grow past max_num_seqs: 8 -> 9 is x1.125
+    assert not draft_outvalued(1.2, 8, 3, 40, 20, 9)
+    assert draft_outvalued(1.1, 8, 3, 40, 20, 9)
+    # a policy without estimates (None), no batch, or no region: never
+    assert not draft_outvalued(None, 8, 3, 40, 20, 256)
+    assert not draft_outvalued(1.0, 0, 3, 40, 20, 256)
+    assert not draft_outvalued(1.0, 8, 3, 40, 0, 256)

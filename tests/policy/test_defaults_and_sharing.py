@@ -113,3 +113,19 @@ def test_min_arm_tokens_needs_token_counts() -> None:
     with pytest.raises(ValueError, match="min_arm_tokens_per_req"):
         NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=1.0)
     NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=0.0)
+
+
+def test_speculation_gain_is_the_key_own_ratio_else_a_smaller_key_bound() -> None:
+    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    assert policy.speculation_gain(4) == 1.0  # nothing ranks yet: no evidence it pays
+    # key 4 (pow2): 1 ms a token plain, 0.5 ms at gamma 1, 0.8 ms at gamma 2
+    for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
+        policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
+    assert policy.speculation_gain(4) == pytest.approx(2.0)
+    # key 16 has not tried every arm: bounded by the largest smaller key that ranks
+    policy.observe(StepResult(16, 0, 100, 0.05))
+    assert policy.speculation_gain(16) == pytest.approx(2.0)
+    assert policy.speculation_gain(2) == 1.0  # nothing ranks at or below key 2
+    # a policy that keeps no estimates prices nothing
+    assert build_policy("fixed", {"gamma": 2}, rng=random.Random(0)).speculation_gain(4) is None

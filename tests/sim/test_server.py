@@ -336,3 +336,28 @@ def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
     assert rule is not None and rule.prefill_s_per_token is not None
     assert gated_on > 20 and gated_off == 0
     assert e2e_on < 0.99 * e2e_off
+
+
+def test_an_outvalued_draft_is_offloaded_sooner_under_load() -> None:
+    """The suite's worst cell before the rule (4090, 2x crossover, seed 1): the 129-256
+    batch key was still trying its arms when the pool filled, so the paper's condition
+    (speculation off) waited; the draft's memory, as KV cache, was worth more."""
+    from nightjar_ray.sim.experiments import default_contenders, run_contender
+    from nightjar_ray.sim.suite import suite_workload
+
+    setting = get_setting("rtx4090-7b")
+    workload = suite_workload("high", setting, 1)
+    (nightjar,) = [c for c in default_contenders() if c.label == "nightjar"]
+    runs = {
+        rule: run_contender(
+            setting, nightjar, workload, "sharegpt", 1, RunKnobs(offload_outvalued=rule)
+        )
+        for rule in (True, False)
+    }
+    first_expand = {
+        rule: next(e.time_s for e in r.memory_events if e.kind == "expand")
+        for rule, r in runs.items()
+    }
+    assert first_expand[True] < first_expand[False] - 1.0
+    thr = {rule: summarize(r).throughput_tokens_per_s for rule, r in runs.items()}
+    assert thr[True] > 1.02 * thr[False]
