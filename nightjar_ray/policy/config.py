@@ -108,6 +108,16 @@ class NightjarPolicyConfig(PolicyConfig):
         ),
     )
 
+    price_draft_memory: bool = Field(
+        True,
+        description=(
+            "Tell the memory triggers how much speculation gains at the current batch "
+            "size (Policy.speculation_gain), so that with elastic memory a draft whose "
+            "memory is worth more as KV cache is offloaded even while speculating "
+            "(docs/memory.md, 'Outvalued'). False (paper): only speculation off counts."
+        ),
+    )
+
     @model_validator(mode="after")
     def _min_arm_tokens_needs_token_counts(self) -> NightjarPolicyConfig:
         if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator != "token-weighted":
@@ -139,6 +149,9 @@ class NightjarPaperPolicyConfig(NightjarPolicyConfig):
         0.0, ge=0.0, le=64.0, description="Paper: one sample of an arm is trusted."
     )
     draft_gate: bool = Field(False, description="Paper: gamma is the bandit's, every step.")
+    price_draft_memory: bool = Field(
+        False, description="Paper §6.1: offload only once speculation is off."
+    )
 
 
 class FixedPolicyConfig(PolicyConfig):

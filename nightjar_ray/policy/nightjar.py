@@ -222,11 +222,14 @@ class NightjarPolicy(Policy):
         """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
         return None if num_reqs < 1 else self.estimate(num_reqs, 0)
 
-    def speculation_gain(self, num_reqs: int) -> float:
+    def speculation_gain(self, num_reqs: int) -> float | None:
         """``l~[B, 0] / min_gamma l~[B, gamma]`` at the key of ``num_reqs`` once it ranks
         every arm; before that, at the largest smaller key that does (speculation gains
         less as B grows, so a smaller batch's gain bounds this one's); 1.0 while no key
-        at or below it ranks (no evidence yet that speculation pays here)."""
+        at or below it ranks (no evidence yet that speculation pays here). ``None`` with
+        ``price_draft_memory`` off (the paper preset)."""
+        if not self.config.price_draft_memory:
+            return None
         key = self._key(max(num_reqs, 1))
         means = self._ranked(key)
         if means is None:

@@ -20,6 +20,7 @@ def test_defaults_differ_from_the_paper_preset_only_where_measured() -> None:
     assert (default.switch_cost_weight, paper.switch_cost_weight) == (0.03, 1.0)
     assert (default.share_across_keys, paper.share_across_keys) == (False, False)
     assert (default.min_arm_tokens_per_req, paper.min_arm_tokens_per_req) == (1.0, 0.0)
+    assert (default.price_draft_memory, paper.price_draft_memory) == (True, False)
     assert default.gamma_max == paper.gamma_max == 4
 
 
@@ -127,5 +128,6 @@ def test_speculation_gain_is_the_key_own_ratio_else_a_smaller_key_bound() -> Non
     policy.observe(StepResult(16, 0, 100, 0.05))
     assert policy.speculation_gain(16) == pytest.approx(2.0)
     assert policy.speculation_gain(2) == 1.0  # nothing ranks at or below key 2
-    # a policy that keeps no estimates prices nothing
+    # the paper preset, and a policy that keeps no estimates, price nothing
+    assert build_policy("nightjar-paper", {}, rng=random.Random(0)).speculation_gain(4) is None
     assert build_policy("fixed", {"gamma": 2}, rng=random.Random(0)).speculation_gain(4) is None
