@@ -4,12 +4,15 @@ Starts a local Ray cluster, deploys one Serve app per contender (same generated 
 different ``nightjar.policy``), measures the machine's capacity (requests/s that ``off``
 sustains under a saturating open loop) unless ``--capacity-rps`` is given, then runs
 interleaved paired rounds of every scenario (``nightjar_ray.loadgen.bench``) and writes
-``bench-serve.json``, a plot, and the report section of ``docs/benchmarks.md``.
+``bench-serve.json``, a plot, and the report section of ``docs/benchmarks.md``. More
+contenders than ``--max-resident`` run in waves (``plan_waves``); ``--render`` rebuilds the
+report from saved JSON files without a cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -18,7 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.bench import BASELINE, CONTENDER_EXTRAS, CONTENDERS, scenarios
+from nightjar_ray.loadgen.bench import (
+    BASELINE,
+    CONTENDER_EXTRAS,
+    CONTENDERS,
+    BenchResult,
+    plan_waves,
+    scenarios,
+)
 
 MODEL_ID = "bench"
 KV_BLOCKS = 128
@@ -38,6 +48,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--out", type=Path, default=Path("bench-serve-results"))
     p.add_argument("--report", type=Path, help="Write the report section into this markdown.")
+    p.add_argument(
+        "--max-resident",
+        type=int,
+        default=6,
+        help="Most apps deployed at once; more contenders run in waves, each with off and"
+        " off-aa again.",
+    )
+    p.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="No cluster: rebuild the report and plot from saved bench-serve.json files,"
+        " merged as successive waves.",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,20 +84,25 @@ def contender_args(
     return args
 
 
-def _deploy(args: argparse.Namespace, contenders: list[str]) -> str:
+def _start(http_port: int, max_apps: int) -> str:
     import ray
+    from ray import serve
+
+    ray.init(num_cpus=max(32, 4 * max_apps), log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": http_port})
+    return f"http://127.0.0.1:{http_port}"
+
+
+def _deploy(pair: str, names: list[str]) -> None:
     from ray import serve
 
     from nightjar_ray.serve import build_app
 
-    ray.init(num_cpus=max(32, 4 * len(contenders)), log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
-    for name in contenders:
+    for name in names:
         policy, params = CONTENDERS[name]
         print(f"deploying {name} ({policy} {params or ''})", file=sys.stderr, flush=True)
-        app = build_app(contender_args(args.pair, policy, params, CONTENDER_EXTRAS.get(name)))
+        app = build_app(contender_args(pair, policy, params, CONTENDER_EXTRAS.get(name)))
         serve.run(app, name=name, route_prefix=f"/{name}")
-    return f"http://127.0.0.1:{args.http_port}"
 
 
 def _calibrate(url: str, duration_s: float) -> float:
@@ -121,51 +151,118 @@ def _app_counts(app: str) -> dict[str, Any] | None:
     return {"steps_by_gamma": steps, "decisions_by_mode": modes, "memory_events": events}
 
 
-def _counts(contenders: list[str]) -> dict[str, dict[str, Any] | None]:
-    counts = {name: _app_counts(name) for name in contenders}
-    for name, c in counts.items():
+def _retire(names: list[str], counts: dict[str, Any]) -> None:
+    """Read each app's counters into ``counts`` (a name in several waves sums them), then
+    delete the apps and their detached policy actors so the next wave has the memory."""
+    import ray
+    from ray import serve
+
+    from nightjar_ray.serve.faults import policy_actor
+
+    for name in names:
+        c = _app_counts(name)
         print(f"counters {name}: {c}", file=sys.stderr, flush=True)
-    return counts
+        counts[name] = _add_counts(counts.get(name), c) if name in counts else c
+        serve.delete(name)
+        with contextlib.suppress(RuntimeError, ValueError):  # no actor left to free
+            ray.kill(policy_actor(name), no_restart=True)
+
+
+def _add_counts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return None
+    sa, sb = list(a["steps_by_gamma"]), list(b["steps_by_gamma"])
+    n = max(len(sa), len(sb))
+    steps = [x + y for x, y in zip(sa + [0] * (n - len(sa)), sb + [0] * (n - len(sb)), strict=True)]
+    out: dict[str, Any] = {"steps_by_gamma": steps}
+    for key in ("decisions_by_mode", "memory_events"):
+        out[key] = {k: a[key].get(k, 0) + b[key].get(k, 0) for k in {*a[key], *b[key]}}
+    return out
+
+
+def _on_run(rnd: int, scenario: str, contender: str, s: dict[str, Any]) -> None:
+    print(
+        f"round {rnd} {scenario:<14} {contender:<16} {s['output_throughput']:7.1f} tok/s"
+        f"  E2E {s['mean_e2el_ms']:8.0f} ms  failed {s['failed']}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _measure(
+    args: argparse.Namespace, waves: list[list[str]]
+) -> tuple[BenchResult, dict[str, Any]]:
+    """Deploy, run and retire each wave in turn; returns the runs and the run's meta."""
+    from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
+
+    table = scenarios(args.trace if args.trace.exists() else None)
+    chosen = [table[s] for s in args.scenarios.split(",") if s in table]
+    url = _start(args.http_port, max(len(w) for w in waves))
+    capacity, result = args.capacity_rps, BenchResult()
+    counts: dict[str, Any] = {}
+    started = time.time()
+    for i, names in enumerate(waves):
+        print(f"wave {i}: {','.join(names)}", file=sys.stderr, flush=True)
+        _deploy(args.pair, names)
+        if capacity is None:
+            capacity = _calibrate(url, min(args.duration_s, 60.0))
+            print(f"capacity: {capacity:.3f} requests/s", file=sys.stderr, flush=True)
+        run_rounds(
+            endpoint_runner(url, MODEL_ID), names, chosen, args.rounds, capacity,
+            args.duration_s, 1000, _on_run, result, i,
+        )  # fmt: skip
+        _retire(names, counts)
+    meta = {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
+            "pair": args.pair, "wall_s": time.time() - started, "cpus": os.cpu_count(),
+            "waves": waves, "counters": counts,
+            "command": "nightjar-ray bench-serve " + " ".join(sys.argv[2:])}  # fmt: skip
+    return result, meta
+
+
+def _load(paths: list[Path]) -> tuple[BenchResult, dict[str, Any]]:
+    """Saved runs merged as successive waves; they must share pair, capacity and
+    duration (their rounds would not be the same requests otherwise)."""
+    result, metas = BenchResult(), []
+    for path in paths:
+        data = json.loads(path.read_text())
+        metas.append(data["meta"])
+        result.merge(BenchResult.from_json(data))
+    for key in ("pair", "capacity_rps", "duration_s"):
+        values = {round(m[key], 3) if isinstance(m[key], float) else m[key] for m in metas}
+        if len(values) > 1:
+            raise SystemExit(f"bench-serve --render: the files differ in {key}: {values}")
+    runs = "; ".join(f"`{m['command']}`" for m in metas if "command" in m)
+    meta = {**metas[0], "files": [str(p) for p in paths], "runs": runs}
+    return result, meta
 
 
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
     from nightjar_ray.loadgen.report import markdown, plot_ratios, write_section
 
-    contenders = [c for c in args.contenders.split(",") if c]
-    unknown = sorted(set(contenders) - set(CONTENDERS))
-    if unknown or BASELINE not in contenders:
-        raise SystemExit(f"bench-serve: unknown {unknown} or no {BASELINE!r} in --contenders")
-    table = scenarios(args.trace if args.trace.exists() else None)
-    chosen = [table[s] for s in args.scenarios.split(",") if s in table]
-    url = _deploy(args, contenders)
-    capacity = args.capacity_rps or _calibrate(url, min(args.duration_s, 60.0))
-    print(f"capacity: {capacity:.3f} requests/s", file=sys.stderr, flush=True)
-
-    def on_run(rnd: int, scenario: str, contender: str, s: dict[str, Any]) -> None:
-        print(
-            f"round {rnd} {scenario:<14} {contender:<12} {s['output_throughput']:7.1f} tok/s"
-            f"  E2E {s['mean_e2el_ms']:8.0f} ms  failed {s['failed']}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    started = time.time()
-    result = run_rounds(
-        endpoint_runner(url, MODEL_ID), contenders, chosen, args.rounds, capacity,
-        args.duration_s, 1000, on_run,
-    )  # fmt: skip
+    if args.render:
+        result, meta = _load(args.render)
+        command = "--render " + " ".join(str(p) for p in args.render)
+        command += f"` (the saved runs: {meta['runs']})" if meta["runs"] else "`"
+    else:
+        contenders = [c for c in args.contenders.split(",") if c]
+        unknown = sorted(set(contenders) - set(CONTENDERS))
+        if unknown or BASELINE not in contenders:
+            raise SystemExit(f"bench-serve: unknown {unknown} or no {BASELINE!r} in --contenders")
+        try:
+            waves = plan_waves(contenders, args.max_resident)
+        except ValueError as e:
+            raise SystemExit(f"bench-serve: --max-resident: {e}") from e
+        result, meta = _measure(args, waves)
+        command = " ".join(sys.argv[2:]) + "`"
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
-            "pair": args.pair, "wall_s": time.time() - started, "cpus": os.cpu_count(),
-            "counters": _counts(contenders)}  # fmt: skip
-    (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
     plot_ratios(result, args.out / "ratios.png")
     header = (
-        f"Pair `{args.pair}`, {args.rounds} interleaved rounds x {args.duration_s:.0f} s per "
-        f"scenario, capacity {capacity:.3f} req/s ({os.cpu_count()} CPUs). Command: "
-        f"`nightjar-ray bench-serve {' '.join(sys.argv[2:])}`."
+        f"Pair `{meta['pair']}`, {meta['rounds']} interleaved rounds x {meta['duration_s']:.0f} s"
+        f" per scenario, {result.num_waves()} wave(s), capacity {meta['capacity_rps']:.3f} req/s"
+        f" ({meta['cpus']} CPUs). Command: `nightjar-ray bench-serve {command}."
     )
     section = markdown(result, header)
     if args.report:

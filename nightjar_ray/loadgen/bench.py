@@ -1,11 +1,15 @@
 """The side-by-side benchmark: contenders, scenarios, interleaved paired rounds.
 
 Every contender is its own Serve application (same model pair, a different ``nightjar.policy``)
-under route ``/<name>``; all are deployed at once and only one is under load at a time.
-Each round draws one request list per scenario (seed = round) and runs every contender on
-it, in a shuffled order; the report divides each contender's throughput and mean E2E latency
-by ``off``'s of the same round. ``off-aa`` is a second ``off``: its ratios are the A/A
-control (what the machine's noise alone produces).
+under route ``/<name>``; only one is under load at a time. Each round draws one request list
+per scenario (seed = round) and runs every contender on it, in a shuffled order; the report
+divides each contender's throughput and mean E2E latency by ``off``'s of the same round.
+``off-aa`` is a second ``off``: its ratios are the A/A control (what the machine's noise
+alone produces).
+
+More contenders than the host holds at once run in *waves* (``plan_waves``): each wave
+deploys ``off`` and ``off-aa`` again next to a share of the others and runs its own rounds,
+and every run is paired with the ``off`` run of its own wave and round, never another's.
 """
 
 from __future__ import annotations
@@ -124,17 +128,85 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+WAVE, ROUND = "bench_wave", "bench_round"
+"""Keys each run's summary is tagged with: the wave and the round it ran in."""
+
+
 @dataclass
 class BenchResult:
-    """Per scenario, per contender: one summary per round (``vllm bench serve`` names)."""
+    """Per scenario, per contender: one summary per run (``vllm bench serve`` names), each
+    tagged with its wave and round (``WAVE``, ``ROUND``)."""
 
     summaries: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
 
-    def add(self, scenario: str, contender: str, summary: dict[str, Any]) -> None:
-        self.summaries.setdefault(scenario, {}).setdefault(contender, []).append(summary)
+    def add(
+        self, scenario: str, contender: str, summary: dict[str, Any], wave: int = 0, rnd: int = 0
+    ) -> None:
+        tagged = {**summary, WAVE: wave, ROUND: rnd}
+        self.summaries.setdefault(scenario, {}).setdefault(contender, []).append(tagged)
 
     def metric(self, scenario: str, contender: str, key: str) -> list[float]:
         return [float(s[key]) for s in self.summaries[scenario][contender]]
+
+    def paired(self, scenario: str, contender: str, key: str) -> tuple[list[float], list[float]]:
+        """``key`` of each run of ``contender`` and of the ``off`` run of the same wave and
+        round (runs without an ``off`` partner are left out)."""
+        base = {_run_id(s): float(s[key]) for s in self.summaries[scenario][BASELINE]}
+        pairs = [
+            (float(s[key]), base[_run_id(s)])
+            for s in self.summaries[scenario].get(contender, [])
+            if _run_id(s) in base
+        ]
+        return [c for c, _ in pairs], [b for _, b in pairs]
+
+    def num_waves(self) -> int:
+        """1 + the highest wave of any run (0 when empty)."""
+        waves = [int(s[WAVE]) for by in self.summaries.values() for r in by.values() for s in r]
+        return 1 + max(waves) if waves else 0
+
+    def merge(self, other: BenchResult) -> None:
+        """Append ``other``'s runs as further waves (its wave ``w`` becomes
+        ``self.num_waves() + w``); its pairs stay its own."""
+        offset = self.num_waves()
+        for scenario, by in other.summaries.items():
+            for contender, runs in by.items():
+                for s in runs:
+                    self.add(scenario, contender, s, offset + int(s[WAVE]), int(s[ROUND]))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchResult:
+        """A saved ``bench-serve.json`` (``meta`` is skipped). Runs saved before waves
+        existed carry no tags: they become wave 0, round = position, as they ran."""
+        out = cls()
+        for scenario, by in data.items():
+            if scenario == "meta":
+                continue
+            for contender, runs in by.items():
+                for i, s in enumerate(runs):
+                    out.add(scenario, contender, s, int(s.get(WAVE, 0)), int(s.get(ROUND, i)))
+        return out
+
+
+def _run_id(summary: dict[str, Any]) -> tuple[int, int]:
+    return int(summary[WAVE]), int(summary[ROUND])
+
+
+def plan_waves(contenders: list[str], max_resident: int) -> list[list[str]]:
+    """Split ``contenders`` into waves of at most ``max_resident`` apps; ``off`` (and
+    ``off-aa`` when asked for) are in every wave, the others in the given order."""
+    fixed = [c for c in (BASELINE, CONTROL) if c in contenders]
+    rest = [c for c in contenders if c not in fixed]
+    share = max_resident - len(fixed)
+    if BASELINE not in contenders:
+        raise ValueError(f"contenders must include {BASELINE!r}")
+    if share < 1 and rest:
+        raise ValueError(
+            f"max_resident={max_resident} leaves no room beside {fixed}: at least"
+            f" {len(fixed) + 1} apps must be resident"
+        )
+    if not rest:
+        return [fixed]
+    return [fixed + rest[i : i + share] for i in range(0, len(rest), share)]
 
 
 Runner = Callable[[str, list[RequestSpec]], RunResult]
@@ -159,15 +231,18 @@ def run_rounds(
     duration_s: float,
     vocab_size: int,
     on_run: Callable[[int, str, str, dict[str, Any]], None] = lambda *a: None,
+    result: BenchResult | None = None,
+    wave: int = 0,
 ) -> BenchResult:
-    """Interleaved rounds: every contender runs each round's requests, in a shuffled order."""
-    result = BenchResult()
+    """Interleaved rounds: every contender runs each round's requests, in a shuffled order.
+    Runs are added to ``result`` (a new one by default), tagged with ``wave``."""
+    result = BenchResult() if result is None else result
     for rnd in range(num_rounds):
         order = random.Random(1000 + rnd).sample(contenders, len(contenders))
         for scenario in scenarios:
             requests = scenario.build(capacity_rps, rnd, duration_s, vocab_size)
             for contender in order:
                 summary = summarize(runner(contender, requests))
-                result.add(scenario.name, contender, summary)
+                result.add(scenario.name, contender, summary, wave, rnd)
                 on_run(rnd, scenario.name, contender, summary)
     return result

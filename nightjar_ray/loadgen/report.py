@@ -17,20 +17,21 @@ METRICS = (("output_throughput", "throughput"), ("mean_e2el_ms", "mean E2E laten
 
 
 def ratio_table(result: BenchResult, key: str) -> dict[str, dict[str, RatioSummary]]:
-    """scenario -> contender -> paired ratio summary of ``key`` to the baseline."""
+    """scenario -> contender -> paired ratio summary of ``key`` to the baseline (each run
+    over ``off``'s of its own wave and round; contenders absent from a scenario are left
+    out)."""
     out: dict[str, dict[str, RatioSummary]] = {}
     for scenario, by_contender in result.summaries.items():
-        base = result.metric(scenario, BASELINE, key)
         out[scenario] = {
-            c: paired_ratios(result.metric(scenario, c, key), base, random.Random(0))
+            c: paired_ratios(*result.paired(scenario, c, key), random.Random(0))
             for c in by_contender
             if c != BASELINE
         }
     return out
 
 
-def _cell(r: RatioSummary) -> str:
-    return f"{r.median:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+def _cell(r: RatioSummary | None) -> str:
+    return "-" if r is None else f"{r.median:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
 
 
 def markdown(result: BenchResult, header: str) -> str:
@@ -44,7 +45,8 @@ def markdown(result: BenchResult, header: str) -> str:
         lines.append("| policy | " + " | ".join(scenarios) + " |")
         lines.append("| --- |" + " --- |" * len(scenarios))
         for c in contenders:
-            lines.append(f"| {c} | " + " | ".join(_cell(table[s][c]) for s in scenarios) + " |")
+            cells = " | ".join(_cell(table[s].get(c)) for s in scenarios)
+            lines.append(f"| {c} | {cells} |")
         if all(CONTROL in table[s] for s in scenarios):
             res = " | ".join(f"±{resolution(table[s][CONTROL]):.3f}" for s in scenarios)
             lines.append(f"| A/A resolution | {res} |")
@@ -84,8 +86,8 @@ def plot_ratios(result: BenchResult, out_png: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(scenarios)), 4))
     width = 0.8 / max(1, len(contenders))
     for i, c in enumerate(contenders):
-        xs = [j + i * width for j in range(len(scenarios))]
-        rs: list[Any] = [table[s][c] for s in scenarios]
+        xs = [j + i * width for j, s in enumerate(scenarios) if c in table[s]]
+        rs: list[Any] = [table[s][c] for s in scenarios if c in table[s]]
         ax.bar(xs, [r.median for r in rs], width, label=c)
         ax.errorbar(
             xs,

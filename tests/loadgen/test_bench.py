@@ -3,12 +3,22 @@ endpoint path is tests/serve/test_bench_serve.py)."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
 import pytest
 
-from nightjar_ray.loadgen.bench import CONTROL, SCENARIOS, run_rounds, scenarios
+from nightjar_ray.loadgen.bench import (
+    CONTROL,
+    ROUND,
+    SCENARIOS,
+    WAVE,
+    BenchResult,
+    plan_waves,
+    run_rounds,
+    scenarios,
+)
 from nightjar_ray.loadgen.client import RequestRecord, RunResult
 from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
 from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
@@ -20,7 +30,7 @@ TRACE = (
     / "data"
     / ("azure_llm_inference_trace_conv_2023.csv")
 )
-SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2}
+SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2, "slow": 0.8}
 
 
 def _fake_runner(calls: list[tuple[str, int]], drift: list[float]):  # type: ignore[no-untyped-def]
@@ -110,3 +120,87 @@ def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     assert counts["prefill-heavy"] == pytest.approx(120, rel=0.2)  # 0.2x: long prompts
     heavy = table["prefill-heavy"].build(1.0, 0, 60.0, 1000)
     assert all(512 <= len(r.prompt_token_ids) <= 1024 and r.max_tokens <= 16 for r in heavy)
+
+
+def test_waves_keep_off_resident_and_cap_the_apps() -> None:
+    names = ["off", "a", CONTROL, "b", "c", "d", "e"]
+    waves = plan_waves(names, 4)
+    assert waves == [["off", CONTROL, "a", "b"], ["off", CONTROL, "c", "d"], ["off", CONTROL, "e"]]
+    assert all(len(w) <= 4 for w in waves)
+    assert plan_waves(names, 7) == [["off", CONTROL, "a", "b", "c", "d", "e"]]
+    assert plan_waves(["off", "a", "b"], 2) == [["off", "a"], ["off", "b"]]
+    assert plan_waves(["off", CONTROL], 2) == [["off", CONTROL]]
+    with pytest.raises(ValueError, match="max_resident=2"):
+        plan_waves(names, 2)
+    with pytest.raises(ValueError, match="'off'"):
+        plan_waves(["a", "b"], 4)
+
+
+def _scaled_runner(scale: dict[str, float]):  # type: ignore[no-untyped-def]
+    """Every request takes ``scale['machine']`` / speed seconds; the test changes the
+    machine's speed between waves."""
+    calls = [0]
+
+    def run(contender: str, requests: list[RequestSpec]) -> RunResult:
+        calls[0] += 1
+        runner = _fake_runner([], [scale["machine"] * (1 + 0.1 * (calls[0] % 2))])
+        return runner(contender, requests)  # type: ignore[no-any-return]
+
+    return run
+
+
+def test_each_wave_pairs_with_its_own_off() -> None:
+    scale = {"machine": 1.0}
+    runner = _scaled_runner(scale)
+    low, high = SCENARIOS["low"], SCENARIOS["high"]
+    result = run_rounds(runner, ["off", "fast"], [low], 2, 2.0, 20.0, 1000)
+    scale["machine"] = 2.0  # the next wave runs on a machine twice as slow
+    run_rounds(runner, ["off", "slow"], [low, high], 2, 2.0, 20.0, 1000, result=result, wave=1)
+    assert result.num_waves() == 2
+    assert [(s[WAVE], s[ROUND]) for s in result.summaries["low"]["off"]] == [
+        (0, 0), (0, 1), (1, 0), (1, 1),
+    ]  # fmt: skip
+    fast, base = result.paired("low", "fast", "output_throughput")
+    assert len(fast) == len(base) == 2
+    table = ratio_table(result, "output_throughput")
+    # paired with their own wave's off, the machine's change between waves cancels
+    assert table["low"]["fast"].median == pytest.approx(1.2, rel=0.15)
+    assert table["low"]["slow"].median == pytest.approx(0.8, rel=0.15)
+    assert "fast" not in table["high"]
+    # a contender absent from a scenario renders "-" rather than failing the report
+    section = markdown(result, "h")
+    assert "| fast | " in section and section.split("| fast | ")[1].split("\n")[0].endswith("| - |")
+
+    # the same runs saved as two files and merged: the pairs are unchanged
+    first, second = BenchResult(), BenchResult()
+    for scenario, by in result.summaries.items():
+        for contender, runs in by.items():
+            for s in runs:
+                into = first if s[WAVE] == 0 else second
+                into.add(scenario, contender, s, 0, s[ROUND])
+    first.merge(second)
+    assert ratio_table(first, "output_throughput") == table
+
+    # a file saved before waves (no tags) pairs by position
+    untagged = {"meta": {}, "low": {
+        "off": [{"output_throughput": 10.0}, {"output_throughput": 20.0}],
+        "fast": [{"output_throughput": 12.0}, {"output_throughput": 24.0}],
+    }}  # fmt: skip
+    old = BenchResult.from_json(untagged)
+    assert ratio_table(old, "output_throughput")["low"]["fast"].ratios == (1.2, 1.2)
+
+
+def test_bench_serve_refuses_bad_waves_and_mismatched_files(tmp_path: Path) -> None:
+    from nightjar_ray.cli.main import main
+
+    # checked before any cluster starts
+    with pytest.raises(SystemExit, match="--max-resident"):
+        main(["bench-serve", "--contenders", "off,off-aa,nightjar", "--max-resident", "2"])
+    files = []
+    for i, capacity in enumerate((2.5, 3.5)):
+        meta = {"capacity_rps": capacity, "pair": "default", "duration_s": 40.0}
+        data = {"meta": meta, "low": {"off": [{"output_throughput": 1.0}]}}
+        files.append(tmp_path / f"{i}.json")
+        files[-1].write_text(json.dumps(data))
+    with pytest.raises(SystemExit, match="capacity_rps"):
+        main(["bench-serve", "--render", *map(str, files), "--out", str(tmp_path / "o")])
