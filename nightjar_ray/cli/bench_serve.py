@@ -240,10 +240,10 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.loadgen.report import markdown, plot_ratios, write_section
 
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         result, meta = _load(args.render)
         command = "--render " + " ".join(str(p) for p in args.render)
-        command += f"` (the saved runs: {meta['runs']})" if meta["runs"] else "`"
     else:
         contenders = [c for c in args.contenders.split(",") if c]
         unknown = sorted(set(contenders) - set(CONTENDERS))
@@ -254,15 +254,14 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise SystemExit(f"bench-serve: --max-resident: {e}") from e
         result, meta = _measure(args, waves)
-        command = " ".join(sys.argv[2:]) + "`"
-        args.out.mkdir(parents=True, exist_ok=True)
+        command = " ".join(sys.argv[2:])
         (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
-    args.out.mkdir(parents=True, exist_ok=True)
     plot_ratios(result, args.out / "ratios.png")
     header = (
         f"Pair `{meta['pair']}`, {meta['rounds']} interleaved rounds x {meta['duration_s']:.0f} s"
         f" per scenario, {result.num_waves()} wave(s), capacity {meta['capacity_rps']:.3f} req/s"
-        f" ({meta['cpus']} CPUs). Command: `nightjar-ray bench-serve {command}."
+        f" ({meta['cpus']} CPUs). Command: `nightjar-ray bench-serve {command}`"
+        + (f" (the saved runs: {meta['runs']})." if meta.get("runs") else ".")
     )
     section = markdown(result, header)
     if args.report:

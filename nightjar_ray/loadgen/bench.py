@@ -145,9 +145,6 @@ class BenchResult:
         tagged = {**summary, WAVE: wave, ROUND: rnd}
         self.summaries.setdefault(scenario, {}).setdefault(contender, []).append(tagged)
 
-    def metric(self, scenario: str, contender: str, key: str) -> list[float]:
-        return [float(s[key]) for s in self.summaries[scenario][contender]]
-
     def paired(self, scenario: str, contender: str, key: str) -> tuple[list[float], list[float]]:
         """``key`` of each run of ``contender`` and of the ``off`` run of the same wave and
         round (runs without an ``off`` partner are left out)."""
