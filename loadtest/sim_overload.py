@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from nightjar_ray.sim.experiments import LoadRow, compare_loads, default_contenders
+from nightjar_ray.sim.experiments import compare_loads, default_contenders
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.suite import MIXES, capacity_qps, poisson
 
@@ -34,10 +34,6 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _of_best(row: LoadRow) -> float:
-    return row.ratio("nightjar", row.oracle_label)[0]
-
-
 def main() -> None:
     args = _parse()
     if args.seeds < 1 or args.requests < 1:
@@ -53,14 +49,14 @@ def main() -> None:
             for n in range(args.seeds)
         ]
         rows = compare_loads(setting, contenders, cases, "sharegpt", jobs=args.jobs)
-        for (_, seed, _), row in zip(cases, rows, strict=True):
+        ratios = [row.ratio("nightjar", row.oracle_label)[0] for row in rows]
+        for (_, seed, _), row, of_best in zip(cases, rows, ratios, strict=True):
             pre = row.summaries["nightjar"].num_preemptions
             print(
                 f"{args.setting} {args.mix} {load}x seed {seed}: nightjar / best static "
-                f"({row.oracle_label}) {_of_best(row):.3f}, / off "
+                f"({row.oracle_label}) {of_best:.3f}, / off "
                 f"{row.ratio('nightjar')[0]:.3f}, preemptions {pre}"
             )
-        ratios = [_of_best(r) for r in rows]
         print(
             f"{args.setting} {args.mix} {load}x: nightjar / best static mean "
             f"{statistics.mean(ratios):.3f}, worst {min(ratios):.3f} ({args.seeds} seeds)"
