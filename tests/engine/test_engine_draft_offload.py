@@ -162,7 +162,10 @@ def test_controller_grows_the_pool_into_the_draft_and_gives_it_back_losslessly(
     sched, draft = worker["scheduler"], worker["draft"]
     assert sched["num_expansions"] >= 2 and sched["num_contractions"] >= 2
     assert draft["num_offloads"] == sched["num_expansions"]
-    assert draft["num_reloads"] == sched["num_contractions"]
+    # every contraction starts a reload; the worker counts it when a later step finishes
+    # it, so the last one may still be in flight (the draft given back but not resident)
+    in_flight = sched["num_contractions"] == sched["num_expansions"] and not draft["resident"]
+    assert draft["num_reloads"] == sched["num_contractions"] - in_flight
     assert sched["num_moved_blocks"] > 0, "no request held blocks in the region"
     assert worker["num_moved_blocks"] == sched["num_moved_blocks"]
     # capacity: N_max = floor((N_orig * B_full + S_draft) / B_target), reached exactly
