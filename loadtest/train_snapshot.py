@@ -1,7 +1,6 @@
 """Warm-start snapshot for an engine policy, learned on the recorded CPU step costs.
 
-    python loadtest/train_snapshot.py --out /tmp/nightjar-warm.json \
-        --params '{"latency_estimator": "token-weighted"}' --steps-per-batch 100000
+    python loadtest/train_snapshot.py --out /tmp/nightjar-warm.json --steps-per-batch 100000
 
 Runs the policy against ``nightjar_ray.sim.envs.measured_cpu_env`` (the s=0.05
 pair's measured tok/s per batch size and gamma) for ``--steps-per-batch`` steps

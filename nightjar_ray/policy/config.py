@@ -50,12 +50,24 @@ class NightjarPolicyConfig(PolicyConfig):
             "step's latency per token although the catch-up it stands for is paid once."
         ),
     )
-    latency_estimator: Literal["step-mean", "token-weighted"] = Field(
-        "token-weighted",
+    latency_estimator: Literal["step-mean", "token-weighted", "factored"] = Field(
+        "factored",
         description=(
             "How l~[B, gamma] averages steps: 'step-mean' is the mean of per-step "
             "duration/tokens (paper §4.2); 'token-weighted' is sum(duration)/sum(tokens), "
-            "the long-run latency per token, unbiased when tokens per step vary (small B)."
+            "the long-run latency per token, unbiased when tokens per step vary (small B); "
+            "'factored' is the token-weighted step time with each key's tokens per "
+            "request shrunk toward their mean over every batch size (acceptance does not "
+            "depend on B), so one unlucky acceptance draw cannot retire an arm."
+        ),
+    )
+    tokens_prior_req_steps: float = Field(
+        16.0,
+        ge=0.0,
+        le=1e6,
+        description=(
+            "'factored' only: weight, in request-steps (B per step), of the pooled tokens "
+            "per request in a key's estimate; 0 is 'token-weighted' exactly."
         ),
     )
     exploration: Literal["uniform", "local"] = Field(
@@ -120,9 +132,10 @@ class NightjarPolicyConfig(PolicyConfig):
 
     @model_validator(mode="after")
     def _min_arm_tokens_needs_token_counts(self) -> NightjarPolicyConfig:
-        if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator != "token-weighted":
+        if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator == "step-mean":
             raise ValueError(
-                "min_arm_tokens_per_req > 0 needs latency_estimator 'token-weighted', "
+                "min_arm_tokens_per_req > 0 needs latency_estimator 'token-weighted' or "
+                "'factored', "
                 f"got {self.latency_estimator!r}"
             )
         return self
@@ -133,7 +146,7 @@ class NightjarPaperPolicyConfig(NightjarPolicyConfig):
 
     bucketing: Literal["exact", "pow2"] = Field("exact", description="Paper: one key per B.")
     switch_cost_weight: float = Field(1.0, ge=0.0, description="Paper: Eq. 4 as written.")
-    latency_estimator: Literal["step-mean", "token-weighted"] = Field(
+    latency_estimator: Literal["step-mean", "token-weighted", "factored"] = Field(
         "step-mean", description="Paper §4.2: incremental mean of per-step duration/tokens."
     )
     exploration: Literal["uniform", "local"] = Field(

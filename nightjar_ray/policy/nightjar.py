@@ -16,8 +16,11 @@ emitted tokens), not the inverse of mean goodput, and gamma_prev is the gamma
 of the previous step (any batch size). ``latency_estimator="token-weighted"``
 (beyond the paper) uses sum(duration)/sum(tokens) instead: with one request a
 step emits 1..gamma+1 tokens, and the mean of d/n then overrates high gamma
-(Jensen: E[d/n] > d/E[n]); see docs/policies.md. A bin ends when tau_B > sqrt(H_B), a
-block when b_B > sqrt(H_B); then j_B += 1 and H_B = 2^(j_B - 1).
+(Jensen: E[d/n] > d/E[n]); see docs/policies.md. ``latency_estimator="factored"``
+(beyond the paper, the default) is that estimate with each key's tokens per request
+shrunk toward their mean over every batch size (``policy/factored.py``): acceptance does
+not depend on B, so one unlucky draw at a key cannot retire an arm. A bin ends when
+tau_B > sqrt(H_B), a block when b_B > sqrt(H_B); then j_B += 1 and H_B = 2^(j_B - 1).
 
 ``exploration="local"`` (beyond the paper) draws an exploration bin's arm from the
 exploited gamma* and its neighbours {gamma*-1, gamma*, gamma*+1} once every arm of the key
@@ -71,6 +74,7 @@ from typing import Any
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn
 from nightjar_ray.policy.config import NightjarPolicyConfig
+from nightjar_ray.policy.factored import REQS_TABLE, PooledTokens
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
@@ -122,7 +126,10 @@ class NightjarPolicy(Policy):
         self._key = bucket_fn(config.bucketing)
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
-        self._token_weighted = config.latency_estimator == "token-weighted"
+        self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
+        self._pooled: PooledTokens | None = None
+        if config.latency_estimator == "factored":
+            self._pooled = PooledTokens(config.gamma_max + 1, config.tokens_prior_req_steps)
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
         self._share = config.share_across_keys
@@ -236,7 +243,7 @@ class NightjarPolicy(Policy):
             below = [k for k in self._complete_keys if k < key]
             if not below:
                 return 1.0
-            means = self._table.means[max(below)]
+            means = self._means(max(below))
         return means[0] / min(means)
 
     def _settled(self, key: int, count: float) -> bool:
@@ -254,16 +261,22 @@ class NightjarPolicy(Policy):
         """Per-arm latency estimates of ``key`` for Eq. (4): its own means when every arm
         was tried; else, with ``share_across_keys``, gaps filled from the nearest complete
         key; ``None`` when some arm has neither."""
-        counts, means = self._table.row(key)
+        counts = self._table.row(key)[0]
         if key in self._complete_keys:
-            return means
+            return self._means(key)
         if not self._share or not self._complete_keys:
             return None
+        means = self._means(key)
         near = min(self._complete_keys, key=lambda k: (abs(k - key), k))
-        prior = self._table.means[near]
+        prior = self._means(near)
         tried = [g for g, n in enumerate(counts) if n > 0.0]
         scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
         return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
+
+    def _means(self, key: int) -> list[float]:
+        """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
+        means = self._table.means[key]
+        return means if self._pooled is None else self._pooled.latency(key, means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
@@ -272,6 +285,8 @@ class NightjarPolicy(Policy):
         weight = float(result.num_tokens) if self._token_weighted else 1.0
         key = self._key(result.num_reqs)
         self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
+        if self._pooled is not None:
+            self._pooled.update(key, result.gamma, result.num_reqs, result.num_tokens)
         if key not in self._complete_keys and self._all_settled(key):
             self._complete_keys.add(key)
 
@@ -280,15 +295,21 @@ class NightjarPolicy(Policy):
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:
         """Current l~[B, gamma] (seconds per token) or ``None`` if unobserved."""
-        cell = self._table.get(self._key(num_reqs), gamma)
-        return None if cell is None else cell[1]
+        key = self._key(num_reqs)
+        return None if self._table.get(key, gamma) is None else self._means(key)[gamma]
 
     def export_stats(self) -> PolicyStats:
-        return PolicyStats(self.name, {LATENCY_TABLE: self._table.export()})
+        tables = {LATENCY_TABLE: self._table.export()}
+        if self._pooled is not None:
+            tables[REQS_TABLE] = self._pooled.table.export()
+        return PolicyStats(self.name, tables)
 
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
+        if self._pooled is not None:
+            self._pooled.table.load(stats.tables.get(REQS_TABLE, {}))
+            self._pooled.reload()
         self._complete_keys = {k for k in self._table.counts if self._all_settled(k)}
 
     def local_state(self) -> dict[str, Any]:

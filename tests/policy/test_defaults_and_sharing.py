@@ -14,7 +14,8 @@ from nightjar_ray.policy.nightjar import NightjarPaperPolicy, NightjarPolicy
 def test_defaults_differ_from_the_paper_preset_only_where_measured() -> None:
     default, paper = NightjarPolicyConfig(), NightjarPaperPolicyConfig()
     assert (default.bucketing, paper.bucketing) == ("pow2", "exact")
-    assert (default.latency_estimator, paper.latency_estimator) == ("token-weighted", "step-mean")
+    assert (default.latency_estimator, paper.latency_estimator) == ("factored", "step-mean")
+    assert (default.tokens_prior_req_steps, paper.tokens_prior_req_steps) == (16.0, 16.0)
     assert (default.exploration, paper.exploration) == ("local", "uniform")
     assert (default.explore_bin_steps, paper.explore_bin_steps) == (2, None)
     assert (default.switch_cost_weight, paper.switch_cost_weight) == (0.03, 1.0)
@@ -117,7 +118,10 @@ def test_min_arm_tokens_needs_token_counts() -> None:
 
 
 def test_speculation_gain_is_the_key_own_ratio_else_a_smaller_key_bound() -> None:
-    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    # token-weighted: the steps below emit 100 tokens whatever B and gamma, which the
+    # factored estimator would read as an acceptance (and the test is about the gain)
+    params = {"gamma_max": 2, "latency_estimator": "token-weighted"}
+    policy = build_policy("nightjar", params, rng=random.Random(0))
     assert isinstance(policy, NightjarPolicy)
     assert policy.speculation_gain(4) == 1.0  # nothing ranks yet: no evidence it pays
     # key 4 (pow2): 1 ms a token plain, 0.5 ms at gamma 1, 0.8 ms at gamma 2

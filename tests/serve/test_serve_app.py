@@ -283,9 +283,13 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
     )
 
 
-def _count_key(fingerprint: dict[str, Any]) -> str:
-    token_weighted = fingerprint.get("latency_estimator") == "token-weighted"
-    return "observed_tokens" if token_weighted else "num_observed_steps"
+def _expected_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:
+    """The pool's count for a replica's observations: steps (step-mean), tokens
+    (token-weighted), tokens in each of two tables (factored)."""
+    estimator = fingerprint.get("latency_estimator")
+    if estimator == "step-mean":
+        return float(report["num_observed_steps"])
+    return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
 
 
 def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) -> None:
@@ -326,9 +330,10 @@ def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) 
     status = _wait(quiet, 60, "the pool to settle")
     reps = status["replicas"].values()
     assert all(r["report"]["num_observed_steps"] > 0 for r in reps)
-    key = _count_key(status["fingerprint"])
+    fingerprint = status["fingerprint"]
     assert status["pool_count"] == pytest.approx(sum(r["pushed_count"] for r in reps))
-    assert status["pool_count"] == pytest.approx(sum(r["report"][key] for r in reps))
+    expected = sum(_expected_count(fingerprint, r["report"]) for r in reps)
+    assert status["pool_count"] == pytest.approx(expected)
     for r in reps:  # every replica decides from the merged table
         assert r["report"]["policy_count"] == pytest.approx(status["pool_count"])
 
