@@ -43,11 +43,13 @@ class NightjarPolicyConfig(PolicyConfig):
         0.0, ge=0.0, description="Constant C_switch in ms when no profile is given."
     )
     switch_cost_weight: float = Field(
-        0.03,
+        0.0,
         ge=0.0,
         description=(
             "Multiplier on the Eq. 4 penalty (1.0 = paper). The penalty is charged to one "
-            "step's latency per token although the catch-up it stands for is paid once."
+            "step's latency per token although the catch-up it stands for is paid once, "
+            "and the draft gate already prices each step's catch-up from the tokens "
+            "actually owed; 0 (the default) leaves the catch-up to the gate."
         ),
     )
     latency_estimator: Literal["step-mean", "token-weighted", "factored"] = Field(
