@@ -316,8 +316,15 @@ def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) 
     assert codes and set(codes) == {200}
     (new,) = set(status["replicas"]) - set(before["replicas"])
     assert status["replicas"][new]["warm_start_count"] >= before["pool_count"] > 0
-    with ThreadPoolExecutor(6) as pool:
-        list(pool.map(lambda i: app.completion(PROMPTS[i % 3], 24), range(18)))
+
+    def both_observed() -> bool:  # the router may send a short burst to one replica only
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(lambda i: app.completion(PROMPTS[i % 3], 24), range(18)))
+        time.sleep(2.0)  # a sync
+        reps = _status()["replicas"].values()
+        return all(r["report"]["num_observed_steps"] > 0 for r in reps)
+
+    _wait(both_observed, 180, "both replicas to observe steps")
 
     def quiet() -> dict[str, Any] | None:  # both replicas synced twice since the load
         first = _status()
