@@ -2,13 +2,17 @@
 
 Prints, per (setting, workload), each policy's worst seed against the best static choice
 in hindsight and against ``off``, then how many cells each policy passes (the goals in
-``sim/suite_report.py``) and its worst cell.
+``sim/suite_report.py``) and its worst cell. ``--warm-start`` adds ``nightjar-warm`` (what a
+redeploy that restores the policy pool's snapshot starts from) and ``--with-batch-oracle``
+the cost model's table played with no learning: together they split the gap to the goals
+into what a cold start costs and what learning at all costs (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
@@ -26,6 +30,20 @@ def add_suite_parser(sub: Any) -> None:
     p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
     p.add_argument(
         "--with-paper-preset", action="store_true", help="Also run nightjar-paper (Algorithm 1)."
+    )
+    p.add_argument(
+        "--warm-start",
+        action="store_true",
+        help=(
+            "Also run nightjar-warm: nightjar starting from the statistics it learned on "
+            "another draw of the same workload (as a redeployed replica restores the "
+            "policy actor's snapshot)."
+        ),
+    )
+    p.add_argument(
+        "--with-batch-oracle",
+        action="store_true",
+        help="Also run batch-oracle: the cost model's best gamma per batch size (diagnostic).",
     )
     p.add_argument(
         "--observed-time",
@@ -67,14 +85,18 @@ def parse_seeds(value: str) -> list[int]:
     return seeds
 
 
-def suite_contenders(nightjar_params: dict[str, Any], with_paper: bool) -> list[Contender]:
-    """nightjar, off, fixed-1..5 (the statics the best choice is taken from), paper preset."""
+def suite_contenders(
+    nightjar_params: dict[str, Any], with_paper: bool, warm_start: bool = False
+) -> list[Contender]:
+    """nightjar, off, fixed-1..5 (the statics the best choice is taken from), paper preset,
+    nightjar warm-started (``nightjar-warm``)."""
     keep = [
         c
         for c in default_contenders(nightjar_params=nightjar_params)
         if c.label in ("nightjar", "off") or c.label.startswith("fixed-")
     ]
-    return keep + ([PAPER_PRESET] if with_paper else [])
+    warm = [replace(keep[0], label="nightjar-warm", warm_start=True)] if warm_start else []
+    return keep + ([PAPER_PRESET] if with_paper else []) + warm
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,9 +109,15 @@ def run(args: argparse.Namespace) -> int:
     if args.observed_time is not None:
         knob_args["observed_time"] = args.observed_time
     knobs = ScenarioConfig.model_validate(knob_args).knobs
-    contenders = suite_contenders(json.loads(args.nightjar_params), args.with_paper_preset)
-    cells = run_suite(settings, workloads, seeds, contenders, knobs, args.jobs)
-    labels = [c.label for c in contenders if c.label in ("nightjar", "nightjar-paper")]
+    contenders = suite_contenders(
+        json.loads(args.nightjar_params), args.with_paper_preset, args.warm_start
+    )
+    cells = run_suite(
+        settings, workloads, seeds, contenders, knobs, args.jobs, args.with_batch_oracle
+    )
+    judged = ("nightjar", "nightjar-paper", "nightjar-warm")
+    labels = [c.label for c in contenders if c.label in judged]
+    labels += ["batch-oracle"] if args.with_batch_oracle else []
     print(f"observation rule: {knobs.observed_time}; seeds {seeds}")
     print("\n".join(suite_table(cells, [*labels, "off"])))
     print("\n".join(["", *suite_totals(cells, [*labels, "off"])]))

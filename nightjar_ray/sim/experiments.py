@@ -67,6 +67,14 @@ class Contender:
     use_draft: bool = True
     skip_draft: bool = False
     elastic: bool = False
+    warm_start: bool = False
+    """Start from the statistics the same contender learned on another run (its task's
+    ``warm_workload``), as a Serve replica starts from the policy actor's pooled table."""
+
+
+WARM_START_SEED_OFFSET = 100
+"""Workload seed of a warm-started contender's earlier run: ``seed + this`` (another draw
+of the same workload, never one of the suite's seeds 0..99)."""
 
 
 def default_contenders(
@@ -167,16 +175,11 @@ def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
     return policy
 
 
-def run_contender(
-    setting: Setting,
-    c: Contender,
-    workload: Sequence[RequestSpec],
-    dataset: str,
-    seed: int,
-    knobs: RunKnobs = RunKnobs(),
-) -> SimResult:
-    """Simulate ``workload`` under contender ``c``."""
-    options = ServerOptions(
+def server_options(
+    setting: Setting, c: Contender, dataset: str, seed: int, knobs: RunKnobs
+) -> ServerOptions:
+    """How the simulated engine runs around contender ``c``."""
+    return ServerOptions(
         dataset=dataset,
         use_draft=c.use_draft,
         draft_when_off="skip" if c.skip_draft else "sync",
@@ -185,7 +188,45 @@ def run_contender(
         observed_time=knobs.observed_time,
         offload_trigger=knobs.offload_trigger,
     )
+
+
+def warm_started_policy(
+    setting: Setting,
+    c: Contender,
+    warm_workload: Sequence[RequestSpec],
+    dataset: str,
+    seed: int,
+    knobs: RunKnobs = RunKnobs(),
+) -> Policy:
+    """A fresh policy of ``c`` holding only the statistics ``c`` learned on ``warm_workload``
+    (its bin schedules start over), as a replica loads the actor's pooled table."""
+    earlier_seed = seed + WARM_START_SEED_OFFSET
+    earlier = build_contender_policy(setting, c, earlier_seed + knobs.policy_seed_offset)
+    options = server_options(setting, c, dataset, earlier_seed, knobs)
+    SimServer(setting, earlier, options).run(warm_workload)
     policy = build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
+    policy.load_stats(earlier.export_stats())
+    return policy
+
+
+def run_contender(
+    setting: Setting,
+    c: Contender,
+    workload: Sequence[RequestSpec],
+    dataset: str,
+    seed: int,
+    knobs: RunKnobs = RunKnobs(),
+    warm_workload: Sequence[RequestSpec] | None = None,
+) -> SimResult:
+    """Simulate ``workload`` under contender ``c`` (warm-started from ``warm_workload``
+    when ``c.warm_start``)."""
+    if c.warm_start:
+        if warm_workload is None:
+            raise ValueError(f"contender {c.label!r} warm-starts but got no warm_workload")
+        policy = warm_started_policy(setting, c, warm_workload, dataset, seed, knobs)
+    else:
+        policy = build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
+    options = server_options(setting, c, dataset, seed, knobs)
     return SimServer(setting, policy, options).run(workload)
 
 
@@ -222,12 +263,20 @@ class RunTask:
     dataset: str
     seed: int
     knobs: RunKnobs = RunKnobs()
+    warm_workload: tuple[RequestSpec, ...] | None = None
+    """The earlier run of a warm-started contender (``Contender.warm_start``)."""
 
 
 def summarize_task(task: RunTask) -> Summary:
     """Run ``task`` and summarize it (a module-level function, so processes can run it)."""
     result = run_contender(
-        task.setting, task.contender, task.workload, task.dataset, task.seed, task.knobs
+        task.setting,
+        task.contender,
+        task.workload,
+        task.dataset,
+        task.seed,
+        task.knobs,
+        task.warm_workload,
     )
     return summarize(result)
 
@@ -253,12 +302,17 @@ def compare_loads(
     dataset: str,
     knobs: RunKnobs = RunKnobs(),
     jobs: int = 1,
+    warm_workloads: Sequence[Sequence[RequestSpec]] | None = None,
 ) -> list[LoadRow]:
-    """Every contender on every ``(load label, seed, workload)`` case, one row per case."""
+    """Every contender on every ``(load label, seed, workload)`` case, one row per case;
+    warm-started contenders first run the case's entry of ``warm_workloads``."""
     workloads = [tuple(wl) for _, _, wl in cases]  # NOTE: one copy per case, shared by its runs
+    warm = [tuple(wl) for wl in warm_workloads] if warm_workloads is not None else None
+    if warm is not None and len(warm) != len(cases):
+        raise ValueError(f"need one warm workload per case, got {len(warm)} for {len(cases)}")
     tasks = [
-        RunTask(setting, c, wl, dataset, seed, knobs)
-        for (_, seed, _), wl in zip(cases, workloads, strict=True)
+        RunTask(setting, c, wl, dataset, seed, knobs, warm[i] if warm and c.warm_start else None)
+        for i, ((_, seed, _), wl) in enumerate(zip(cases, workloads, strict=True))
         for c in contenders
     ]
     summaries = iter(run_summaries(tasks, jobs))

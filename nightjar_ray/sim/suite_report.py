@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nightjar_ray.sim.experiments import Contender, LoadRow, RunKnobs, compare_loads
+from nightjar_ray.sim.experiments import (
+    WARM_START_SEED_OFFSET,
+    Contender,
+    LoadRow,
+    RunKnobs,
+    batch_oracle,
+    compare_loads,
+)
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.suite import suite_workload
 
@@ -63,15 +70,26 @@ def run_suite(
     contenders: Sequence[Contender],
     knobs: RunKnobs | None = None,
     jobs: int = 1,
+    with_batch_oracle: bool = False,
 ) -> list[SuiteCell]:
     """Every contender on every (setting, workload, seed); the dataset is ShareGPT's
-    acceptance profile (lengths come from each workload)."""
+    acceptance profile (lengths come from each workload). A warm-started contender
+    (``Contender.warm_start``) first runs the same workload drawn with seed
+    ``seed + WARM_START_SEED_OFFSET``; ``with_batch_oracle`` adds each setting's
+    ``batch_oracle``."""
     knobs = knobs or RunKnobs()
+    warm = any(c.warm_start for c in contenders)
     cells: list[SuiteCell] = []
     for name in settings:
         setting = get_setting(name)
+        line_up = [*contenders, *([batch_oracle(setting, "sharegpt")] if with_batch_oracle else [])]
         cases = [(w, n, suite_workload(w, setting, n)) for w in workloads for n in seeds]
-        rows = compare_loads(setting, contenders, cases, "sharegpt", knobs, jobs)
+        earlier = (
+            [suite_workload(w, setting, n + WARM_START_SEED_OFFSET) for w, n, _ in cases]
+            if warm
+            else None
+        )
+        rows = compare_loads(setting, line_up, cases, "sharegpt", knobs, jobs, earlier)
         cells += [SuiteCell(name, w, n, row) for (w, n, _), row in zip(cases, rows, strict=True)]
     return cells
 

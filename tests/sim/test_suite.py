@@ -69,10 +69,11 @@ def test_long_output_and_on_off_shapes() -> None:
 
 def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["simulate", "suite", "--settings", "l20x2-32b", "--workloads", "low", "--seeds", "0"]
-    assert main([*args, "--with-paper-preset"]) == 0
+    assert main([*args, "--with-paper-preset", "--warm-start", "--with-batch-oracle"]) == 0
     out = capsys.readouterr().out
     assert "| l20x2-32b | low |" in out and "cells passing" in out
     assert "| nightjar-paper |" in out and "observation rule: prefill-corrected" in out
+    assert "| nightjar-warm |" in out and "| batch-oracle |" in out
     assert "| policy | mean thr / best static |" in out
 
     compare = ["simulate", "compare", "--setting", "l20x2-32b", "--workloads", "prefill-heavy"]
