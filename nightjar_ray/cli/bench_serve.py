@@ -136,19 +136,24 @@ def _app_counts(app: str) -> dict[str, Any] | None:
         status = ray.get(policy_actor(app).status.remote(), timeout=10)
     except (RayError, RuntimeError):
         return None
-    steps: list[int] = []
-    modes: dict[str, int] = {}
-    events: dict[str, int] = {}
-    for replica in status["replicas"].values():
-        report = replica.get("report") or {}
-        for g, n in enumerate(report.get("steps_by_gamma", ())):
-            steps += [0] * (g + 1 - len(steps))
-            steps[g] += int(n)
-        for mode, n in report.get("decisions_by_mode", {}).items():
-            modes[mode] = modes.get(mode, 0) + int(n)
-        for kind, (n, _s) in report.get("memory_events", {}).items():
-            events[kind] = events.get(kind, 0) + int(n)
-    return {"steps_by_gamma": steps, "decisions_by_mode": modes, "memory_events": events}
+    reports = [replica.get("report") or {} for replica in status["replicas"].values()]
+    return sum_reports(reports)
+
+
+def sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replicas' reports to the policy actor summed into one app's counters (memory events
+    by count; their seconds are dropped)."""
+    total: dict[str, Any] = {"steps_by_gamma": [], "decisions_by_mode": {}, "memory_events": {}}
+    for report in reports:
+        counts = {
+            "steps_by_gamma": [int(n) for n in report.get("steps_by_gamma", ())],
+            "decisions_by_mode": {
+                k: int(n) for k, n in report.get("decisions_by_mode", {}).items()
+            },
+            "memory_events": {k: int(n) for k, (n, _s) in report.get("memory_events", {}).items()},
+        }
+        total = add_counts(total, counts)
+    return total
 
 
 def _retire(names: list[str], counts: dict[str, Any]) -> None:
@@ -162,15 +167,17 @@ def _retire(names: list[str], counts: dict[str, Any]) -> None:
     for name in names:
         c = _app_counts(name)
         print(f"counters {name}: {c}", file=sys.stderr, flush=True)
-        counts[name] = _add_counts(counts.get(name), c) if name in counts else c
+        if name in counts:  # NOTE: an app unread in any wave has no counters at all (None)
+            prev = counts[name]
+            c = None if prev is None or c is None else add_counts(prev, c)
+        counts[name] = c
         serve.delete(name)
         with contextlib.suppress(RuntimeError, ValueError):  # no actor left to free
             ray.kill(policy_actor(name), no_restart=True)
 
 
-def _add_counts(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    if a is None or b is None:
-        return None
+def add_counts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two apps' (or waves') counters summed; ``steps_by_gamma`` may differ in length."""
     sa, sb = list(a["steps_by_gamma"]), list(b["steps_by_gamma"])
     n = max(len(sa), len(sb))
     steps = [x + y for x, y in zip(sa + [0] * (n - len(sa)), sb + [0] * (n - len(sb)), strict=True)]

@@ -204,3 +204,26 @@ def test_bench_serve_refuses_bad_waves_and_mismatched_files(tmp_path: Path) -> N
         files[-1].write_text(json.dumps(data))
     with pytest.raises(SystemExit, match="capacity_rps"):
         main(["bench-serve", "--render", *map(str, files), "--out", str(tmp_path / "o")])
+
+
+def test_replica_reports_sum_into_one_apps_counters() -> None:
+    from nightjar_ray.cli.bench_serve import add_counts, sum_reports
+
+    reports = [
+        {
+            "steps_by_gamma": [5, 2],
+            "decisions_by_mode": {"exploit": 6, "gate": 1},
+            "memory_events": {"offload": (1, 0.5)},
+        },
+        {"steps_by_gamma": [1, 0, 0, 3], "decisions_by_mode": {"exploit": 4}},
+        {},  # a replica that has not reported yet
+    ]
+    total = sum_reports(reports)
+    assert total == {
+        "steps_by_gamma": [6, 2, 0, 3],
+        "decisions_by_mode": {"exploit": 10, "gate": 1},
+        "memory_events": {"offload": 1},
+    }
+    again = add_counts(total, sum_reports(reports[:1]))  # the same app in a second wave
+    assert again["steps_by_gamma"] == [11, 4, 0, 3]
+    assert again["memory_events"] == {"offload": 2}
