@@ -167,7 +167,7 @@ def _retire(names: list[str], counts: dict[str, Any]) -> None:
     for name in names:
         c = _app_counts(name)
         print(f"counters {name}: {c}", file=sys.stderr, flush=True)
-        if name in counts:  # NOTE: an app unread in any wave has no counters at all (None)
+        if name in counts:  # NOTE: unreadable counters in any wave make the app's total None
             prev = counts[name]
             c = None if prev is None or c is None else add_counts(prev, c)
         counts[name] = c

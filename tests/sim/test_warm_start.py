@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
+from nightjar_ray.cli.simulate_suite import suite_contenders
 from nightjar_ray.policy.nightjar import NightjarPolicy
 from nightjar_ray.sim.experiments import (
     WARM_START_SEED_OFFSET,
     RunKnobs,
     build_contender_policy,
-    default_contenders,
     run_contender,
     warm_started_policy,
 )
@@ -19,8 +17,10 @@ from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.suite import suite_workload
 
 SETTING = get_setting("l20x2-32b")
-NIGHTJAR = next(c for c in default_contenders() if c.label == "nightjar")
-WARM = replace(NIGHTJAR, label="nightjar-warm", warm_start=True)
+NIGHTJAR, WARM = (
+    next(c for c in suite_contenders({}, False, warm_start=True) if c.label == label)
+    for label in ("nightjar", "nightjar-warm")
+)
 
 
 def _crossover(seed: int) -> tuple:  # type: ignore[type-arg]
