@@ -16,7 +16,13 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from nightjar_ray.cli.simulate_suite import add_policy_seed_offset, add_suite_parser, parse_seeds
+from nightjar_ray.cli.simulate_suite import (
+    add_length_scale,
+    add_policy_seed_offset,
+    add_suite_parser,
+    check_length_scale,
+    parse_seeds,
+)
 from nightjar_ray.sim.calibration import (
     PAPER_TABLE1_MIB,
     PAPER_TABLE3_MS,
@@ -97,6 +103,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help=f"Comma-separated suite workloads {list(SUITE)} (replace the sweep and trace).",
     )
+    add_length_scale(cmp_p)
     cmp_p.add_argument(
         "--with-paper-preset", action="store_true", help="Add nightjar-paper (Algorithm 1)."
     )
@@ -311,8 +318,11 @@ def _compare_workloads(
 ) -> list[tuple[str, tuple[RequestSpec, ...]]]:
     """(load label, workload) of each Poisson load (unless --trace-only) and of the trace."""
     out: list[tuple[str, tuple[RequestSpec, ...]]] = []
+    scale = check_length_scale(args.length_scale)
     if args.workloads:
-        return [(w, suite_workload(w, setting, seed)) for w in args.workloads.split(",")]
+        return [(w, suite_workload(w, setting, seed, scale)) for w in args.workloads.split(",")]
+    if scale != 1:
+        raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:

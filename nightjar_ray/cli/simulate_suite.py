@@ -18,7 +18,7 @@ from typing import Any
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
-from nightjar_ray.sim.suite import SUITE
+from nightjar_ray.sim.suite import MAX_LENGTH_SCALE, SUITE
 from nightjar_ray.sim.suite_report import run_suite, suite_table, suite_totals
 
 
@@ -51,6 +51,7 @@ def add_suite_parser(sub: Any) -> None:
         default=None,
         help="Observation rule (default: the engine's default).",
     )
+    add_length_scale(p)
     add_policy_seed_offset(p)
     p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
     p.set_defaults(func=run)
@@ -64,6 +65,29 @@ def add_policy_seed_offset(p: argparse.ArgumentParser) -> None:
         default=RunKnobs().policy_seed_offset,
         help="Shift the policies' RNG seeds only (same workloads): their own randomness.",
     )
+
+
+def add_length_scale(p: argparse.ArgumentParser) -> None:
+    """``--length-scale`` (``suite_workload(..., length_scale)``), for suite and compare."""
+    p.add_argument(
+        "--length-scale",
+        type=int,
+        default=1,
+        help=(
+            f"Multiply every suite workload's length (requests, trace window, on-off "
+            f"cycles) at the same rates, 1..{MAX_LENGTH_SCALE}: a cold start's learning is "
+            "paid once per run, so longer runs show what is left after it."
+        ),
+    )
+
+
+def check_length_scale(value: int) -> int:
+    """``--length-scale`` in range, or a ``ValueError`` naming the flag."""
+    if not 1 <= value <= MAX_LENGTH_SCALE:
+        raise ValueError(
+            f"--length-scale: expected an integer in 1..{MAX_LENGTH_SCALE}, got {value}"
+        )
+    return value
 
 
 def _names(flag: str, value: str, known: Any) -> list[str]:
@@ -105,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+    check_length_scale(args.length_scale)
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
         knob_args["observed_time"] = args.observed_time
@@ -113,12 +138,21 @@ def run(args: argparse.Namespace) -> int:
         json.loads(args.nightjar_params), args.with_paper_preset, args.warm_start
     )
     cells = run_suite(
-        settings, workloads, seeds, contenders, knobs, args.jobs, args.with_batch_oracle
+        settings,
+        workloads,
+        seeds,
+        contenders,
+        knobs,
+        args.jobs,
+        args.with_batch_oracle,
+        args.length_scale,
     )
     judged = ("nightjar", "nightjar-paper", "nightjar-warm")
     labels = [c.label for c in contenders if c.label in judged]
     labels += ["batch-oracle"] if args.with_batch_oracle else []
-    print(f"observation rule: {knobs.observed_time}; seeds {seeds}")
+    print(
+        f"observation rule: {knobs.observed_time}; seeds {seeds}; length scale {args.length_scale}"
+    )
     print("\n".join(suite_table(cells, [*labels, "off"])))
     print("\n".join(["", *suite_totals(cells, [*labels, "off"])]))
     return 0

@@ -25,6 +25,11 @@ workload's lengths when all of ``CAPACITY_PROBE_REQUESTS`` requests arrive at on
 (``capacity_qps``): a property of setting and lengths, measured by the simulator itself.
 Prompts longer than a model's context are truncated to fit (``fit_to_model``; the 13B
 model has a 4k context, so its prefill-heavy prompts are capped near 4k).
+
+Lengths: ``SUITE_REQUESTS`` requests (half that for ``prefill-heavy`` and ``long-output``),
+the trace's first ``TRACE_WINDOW_S``, three on-off cycles; ``length_scale`` (``simulate
+suite --length-scale``) multiplies each at the same rates, to tell a policy's cost of
+learning (paid once per run) from what it loses for good.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ SUITE_REQUESTS = 480
 """Requests per synthetic workload (the trace replays its whole window)."""
 TRACE_WINDOW_S = 400.0
 """Window of the Azure conversation trace replayed by ``trace``."""
+MAX_LENGTH_SCALE = 8
+"""Largest ``length_scale``: 8 x 400 s of the trace is within its 3,500 s."""
 
 LengthFn = Callable[[random.Random], tuple[int, int]]
 
@@ -128,26 +135,27 @@ def _capacity_qps(setting_name: str, mix_name: str) -> float:
     return n / max(r.finish_s for r in result.records)
 
 
-def _low(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
-    return poisson(setting.trace_qps / 4, SHAREGPT, setting, seed)
+def _low(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+    return poisson(setting.trace_qps / 4, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _crossover(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
-    return poisson(setting.trace_qps, SHAREGPT, setting, seed)
+def _crossover(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+    return poisson(setting.trace_qps, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _high(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
-    return poisson(2 * setting.trace_qps, SHAREGPT, setting, seed)
+def _high(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+    return poisson(2 * setting.trace_qps, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _trace(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
+def _trace(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
     del seed  # the trace is the trace; acceptance and policy RNGs still vary with the seed
-    return trace_at(setting.trace_qps, setting.target.max_model_len)
+    return trace_at(setting.trace_qps, setting.target.max_model_len, scale)
 
 
 @functools.lru_cache(maxsize=8)
-def trace_at(qps: float, max_model_len: int) -> tuple[RequestSpec, ...]:
-    """The first ``TRACE_WINDOW_S`` of the conversation trace, replayed at ``qps``."""
+def trace_at(qps: float, max_model_len: int, scale: int = 1) -> tuple[RequestSpec, ...]:
+    """The first ``scale`` x ``TRACE_WINDOW_S`` of the conversation trace, replayed at
+    ``qps`` (the time scale is the first window's, so longer replays keep its rate)."""
     if not DEFAULT_TRACE.exists():
         raise ValueError(
             f"the trace workload needs the Azure trace at {DEFAULT_TRACE} (relative to the "
@@ -155,29 +163,30 @@ def trace_at(qps: float, max_model_len: int) -> tuple[RequestSpec, ...]:
         )
     rows = read_trace(DEFAULT_TRACE)
     window = trace_workload(rows, 0.0, TRACE_WINDOW_S, 1.0, max_model_len)
-    scale = len(window) / TRACE_WINDOW_S / qps
-    return trace_workload(rows, 0.0, TRACE_WINDOW_S, scale, max_model_len)
+    time_scale = len(window) / TRACE_WINDOW_S / qps
+    return trace_workload(rows, 0.0, TRACE_WINDOW_S * scale, time_scale, max_model_len)
 
 
-def _prefill_heavy_burst(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
+def _prefill_heavy_burst(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
     rate = 0.4 * capacity_qps(setting, PREFILL_HEAVY)
-    n = SUITE_REQUESTS // 2
+    n = SUITE_REQUESTS // 2 * scale
     calm_s, burst_s = 0.4 * n / rate, 0.2 * n / (4 * rate)
     return arrivals(
         [(rate, calm_s), (4 * rate, burst_s), (rate, calm_s)], PREFILL_HEAVY, setting, seed
     )
 
 
-def _long_output_load(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
-    return poisson(0.5 * capacity_qps(setting, LONG_OUTPUT), LONG_OUTPUT, setting, seed, 240)
+def _long_output_load(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+    rate = 0.5 * capacity_qps(setting, LONG_OUTPUT)
+    return poisson(rate, LONG_OUTPUT, setting, seed, SUITE_REQUESTS // 2 * scale)
 
 
-def _on_off(setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
+def _on_off(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
     cap = capacity_qps(setting, SHAREGPT)
-    return arrivals([(0.3 * cap, 60.0), (1.5 * cap, 60.0)] * 3, SHAREGPT, setting, seed)
+    return arrivals([(0.3 * cap, 60.0), (1.5 * cap, 60.0)] * 3 * scale, SHAREGPT, setting, seed)
 
 
-SUITE: dict[str, Callable[[Setting, int], tuple[RequestSpec, ...]]] = {
+SUITE: dict[str, Callable[[Setting, int, int], tuple[RequestSpec, ...]]] = {
     "low": _low,
     "crossover": _crossover,
     "high": _high,
@@ -188,9 +197,20 @@ SUITE: dict[str, Callable[[Setting, int], tuple[RequestSpec, ...]]] = {
 }
 
 
-def suite_workload(name: str, setting: Setting, seed: int) -> tuple[RequestSpec, ...]:
-    """Workload ``name`` of the suite for ``setting`` (deterministic for ``seed``)."""
+def suite_workload(
+    name: str, setting: Setting, seed: int, length_scale: int = 1
+) -> tuple[RequestSpec, ...]:
+    """Workload ``name`` of the suite for ``setting`` (deterministic for ``seed``).
+
+    ``length_scale`` multiplies its length at the same rates: ``length_scale`` x the
+    requests of a Poisson workload, x the trace window, x the on-off cycles. A longer
+    stationary workload (``low``, ``crossover``, ``high``, ``long-output``) starts with
+    the shorter one: same seed, same draws.
+    """
+    if not 1 <= length_scale <= MAX_LENGTH_SCALE:
+        raise ValueError(f"length_scale must be in 1..{MAX_LENGTH_SCALE}, got {length_scale}")
     try:
-        return SUITE[name](setting, seed)
+        generate = SUITE[name]
     except KeyError:
         raise ValueError(f"unknown suite workload {name!r}; choose from {list(SUITE)}") from None
+    return generate(setting, seed, length_scale)

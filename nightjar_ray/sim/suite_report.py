@@ -71,21 +71,27 @@ def run_suite(
     knobs: RunKnobs | None = None,
     jobs: int = 1,
     with_batch_oracle: bool = False,
+    length_scale: int = 1,
 ) -> list[SuiteCell]:
     """Every contender on every (setting, workload, seed); the dataset is ShareGPT's
     acceptance profile (lengths come from each workload). A warm-started contender
     (``Contender.warm_start``) first runs the same workload drawn with seed
     ``seed + WARM_START_SEED_OFFSET``; ``with_batch_oracle`` adds each setting's
-    ``batch_oracle``."""
+    ``batch_oracle``; ``length_scale`` lengthens every workload (``suite_workload``)."""
     knobs = knobs or RunKnobs()
     warm = any(c.warm_start for c in contenders)
     cells: list[SuiteCell] = []
     for name in settings:
         setting = get_setting(name)
         line_up = [*contenders, *([batch_oracle(setting, "sharegpt")] if with_batch_oracle else [])]
-        cases = [(w, n, suite_workload(w, setting, n)) for w in workloads for n in seeds]
+        cases = [
+            (w, n, suite_workload(w, setting, n, length_scale)) for w in workloads for n in seeds
+        ]
         earlier = (
-            [suite_workload(w, setting, n + WARM_START_SEED_OFFSET) for w, n, _ in cases]
+            [
+                suite_workload(w, setting, n + WARM_START_SEED_OFFSET, length_scale)
+                for w, n, _ in cases
+            ]
             if warm
             else None
         )

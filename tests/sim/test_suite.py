@@ -67,6 +67,42 @@ def test_long_output_and_on_off_shapes() -> None:
         suite_workload("nope", SETTING, 0)
 
 
+@pytest.mark.parametrize("name", list(SUITE))
+def test_length_scale_lengthens_each_workload_at_the_same_rates(name: str) -> None:
+    if name == "trace" and not DEFAULT_TRACE.exists():
+        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    short, long = suite_workload(name, SETTING, 3), suite_workload(name, SETTING, 3, 3)
+    assert 2.6 < len(long) / len(short) < 3.4
+    span = long[-1].arrival_s / short[-1].arrival_s
+    assert 2.6 < span < 3.4  # same rates: three times the requests over three times the time
+    if name in ("low", "crossover", "high", "long-output", "on-off", "trace"):
+        assert long[: len(short)] == short  # the short run is the long run's start
+
+
+def test_run_suite_runs_the_lengthened_workloads() -> None:
+    from nightjar_ray.sim.experiments import default_contenders
+    from nightjar_ray.sim.suite_report import run_suite
+
+    statics = [c for c in default_contenders() if c.label in ("off", "fixed-1")]
+    one, two = (run_suite(["l20x2-32b"], ["low"], [0], statics, length_scale=k)[0] for k in (1, 2))
+    requests = [cell.row.summaries["off"].num_requests for cell in (one, two)]
+    assert requests == [len(suite_workload("low", get_setting("l20x2-32b"), 0, k)) for k in (1, 2)]
+    assert requests[1] > 1.8 * requests[0]
+
+
+def test_length_scale_out_of_range_is_refused_naming_it() -> None:
+    for bad in (0, 9):
+        with pytest.raises(ValueError, match="length_scale"):
+            suite_workload("low", SETTING, 0, bad)
+        with pytest.raises(ValueError, match="--length-scale"):
+            main(["simulate", "suite", "--workloads", "low", "--length-scale", str(bad)])
+    compare = ["simulate", "compare", "--setting", "l20x2-32b", "--contenders", "off"]
+    with pytest.raises(ValueError, match="--length-scale"):
+        main([*compare, "--workloads", "low", "--length-scale", "9"])
+    with pytest.raises(ValueError, match="--length-scale applies to --workloads"):
+        main([*compare, "--length-scale", "2"])
+
+
 def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["simulate", "suite", "--settings", "l20x2-32b", "--workloads", "low", "--seeds", "0"]
     assert main([*args, "--with-paper-preset", "--warm-start", "--with-batch-oracle"]) == 0
