@@ -154,8 +154,9 @@ def _trace(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
 
 @functools.lru_cache(maxsize=8)
 def trace_at(qps: float, max_model_len: int, scale: int = 1) -> tuple[RequestSpec, ...]:
-    """The first ``scale`` x ``TRACE_WINDOW_S`` of the conversation trace, replayed at
-    ``qps`` (the time scale is the first window's, so longer replays keep its rate)."""
+    """The first ``scale`` x ``TRACE_WINDOW_S`` of the conversation trace, its clock
+    compressed so that the first window arrives at ``qps``; a longer replay keeps that
+    compression, so it follows the trace's own changes of rate after the first window."""
     if not DEFAULT_TRACE.exists():
         raise ValueError(
             f"the trace workload needs the Azure trace at {DEFAULT_TRACE} (relative to the "
