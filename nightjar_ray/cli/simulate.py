@@ -281,6 +281,9 @@ def _knobs_from_args(args: argparse.Namespace) -> RunKnobs:
 
 
 def compare(args: argparse.Namespace) -> int:
+    check_length_scale(args.length_scale)
+    if args.length_scale != 1 and not args.workloads:
+        raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
     setting = get_setting(args.setting)
     contenders = _contenders(args, setting)
     labels = [c.label for c in contenders]
@@ -318,11 +321,9 @@ def _compare_workloads(
 ) -> list[tuple[str, tuple[RequestSpec, ...]]]:
     """(load label, workload) of each Poisson load (unless --trace-only) and of the trace."""
     out: list[tuple[str, tuple[RequestSpec, ...]]] = []
-    scale = check_length_scale(args.length_scale)
     if args.workloads:
+        scale = args.length_scale
         return [(w, suite_workload(w, setting, seed, scale)) for w in args.workloads.split(",")]
-    if scale != 1:
-        raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:
