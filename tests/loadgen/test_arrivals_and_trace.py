@@ -13,13 +13,7 @@ from nightjar_ray.cli.loadgen import build_requests
 from nightjar_ray.cli.main import build_parser
 from nightjar_ray.loadgen.arrivals import Gamma, Ramp, Step, build_arrivals, poisson
 from nightjar_ray.loadgen.trace import TraceScaling, load_trace, scale_segment
-
-TRACE = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "data"
-    / ("azure_llm_inference_trace_conv_2023.csv")
-)
+from tests.support import shared_trace
 
 
 def _cv(times: list[float]) -> float:
@@ -103,11 +97,10 @@ def test_trace_errors_are_clear(tmp_path: Path) -> None:
         TraceScaling(sample=0.0)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="the shared trace is not next to this checkout")
 def test_the_real_trace_replays_a_varying_rate() -> None:
     parser = build_parser()
     args = parser.parse_args([
-        "loadgen", "--trace", str(TRACE), "--trace-offset-s", "600", "--duration-s", "300",
+        "loadgen", "--trace", str(shared_trace()), "--trace-offset-s", "600", "--duration-s", "300",
         "--trace-speedup", "4", "--trace-sample", "0.02", "--trace-token-scale", "8",
         "--max-input-tokens", "256", "--max-output-tokens", "64",
     ])  # fmt: skip

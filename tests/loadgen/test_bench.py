@@ -23,13 +23,8 @@ from nightjar_ray.loadgen.client import RequestRecord, RunResult
 from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
 from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
 from nightjar_ray.loadgen.workload import RequestSpec
+from tests.support import SHARED_TRACE
 
-TRACE = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "data"
-    / ("azure_llm_inference_trace_conv_2023.csv")
-)
 SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2, "slow": 0.8}
 
 
@@ -108,8 +103,8 @@ def test_report_section_is_regenerated_in_place(tmp_path: Path) -> None:
 def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     # NOTE: the shared trace lives next to the checkout (../shared); a clone elsewhere
     # checks every other scenario.
-    has_trace = TRACE.exists()
-    table = scenarios(TRACE if has_trace else None)
+    has_trace = SHARED_TRACE.is_file()
+    table = scenarios(SHARED_TRACE if has_trace else None)
     expected = {"low", "medium", "high", "burst", "prefill-heavy"}
     assert set(table) == (expected | {"trace"} if has_trace else expected)
     counts = {name: len(s.build(1.0, 0, 600.0, 1000)) for name, s in table.items()}

@@ -3,11 +3,9 @@ and the sampling loop against the SSE stub (the real server runs in tests/serve)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from nightjar_ray.cli.soak import TRACE, soak_requests
+from nightjar_ray.cli.soak import soak_requests
 from nightjar_ray.loadgen.client import RequestRecord, RunResult
 from nightjar_ray.loadgen.soak import (
     SoakSample,
@@ -18,6 +16,7 @@ from nightjar_ray.loadgen.soak import (
     summarize_soak,
 )
 from nightjar_ray.loadgen.workload import RequestSpec
+from tests.support import shared_trace
 
 from .test_client_stream import stub  # noqa: F401  (fixture)
 
@@ -84,9 +83,8 @@ def test_rss_by_kind_finds_this_process_under_its_own_title() -> None:
     assert got["me"] >= psutil.Process().memory_info().rss // 2 and got["none"] == 0
 
 
-@pytest.mark.skipif(not Path(TRACE).exists(), reason="the shared trace is not here")
 def test_soak_requests_span_the_minutes_at_the_mean_rate() -> None:
-    reqs = soak_requests(Path(TRACE), 30.0, 0.4, 2048)
+    reqs = soak_requests(shared_trace(), 30.0, 0.4, 2048)
     assert 0.85 * 720 < len(reqs) < 1.15 * 720
     assert reqs[-1].arrival_s > 0.97 * 1800 and all(r.arrival_s < 1800 for r in reqs)
     assert (

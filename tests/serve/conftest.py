@@ -1,12 +1,11 @@
-"""Shared pieces of the Serve tests: the app config on the tiny generated pair, ports,
-and a small HTTP client. Each module that deploys starts (and stops) its own local Ray
+"""Shared pieces of the Serve tests: the app config on the tiny generated pair and a
+small HTTP client. Each module that deploys starts (and stops) its own local Ray
 cluster; the pair is generated once per session into a temporary cache directory."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,13 +30,6 @@ def nightjar_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ.pop(CACHE_ENV, None)
     else:
         os.environ[CACHE_ENV] = old
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 AUTOSCALING = {

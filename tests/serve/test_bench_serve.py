@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from tests.support import free_port
 
 pytestmark = pytest.mark.engine
 

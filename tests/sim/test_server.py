@@ -16,6 +16,7 @@ from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 from tests.sim.simhelpers import poisson_workload, server, small_memory_setting
+from tests.support import shared_trace
 
 SETTING = get_setting("rtx4090-7b")
 
@@ -370,10 +371,8 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
     and keeps speculating (docs/benchmarks.md, "The switch term left to the draft gate")."""
     from nightjar_ray.sim.experiments import default_contenders, run_contender
     from nightjar_ray.sim.suite import suite_workload
-    from nightjar_ray.sim.workload import DEFAULT_TRACE
 
-    if not DEFAULT_TRACE.exists():
-        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    shared_trace()
     setting = get_setting("l20x2-32b")
     workload = suite_workload("trace", setting, 2)
     results = {}

@@ -14,7 +14,7 @@ from nightjar_ray.sim.suite import (
     capacity_qps,
     suite_workload,
 )
-from nightjar_ray.sim.workload import DEFAULT_TRACE
+from tests.support import shared_trace
 
 SETTING = get_setting("rtx4090-7b")
 
@@ -25,8 +25,8 @@ def _rate(workload: tuple, lo_s: float, hi_s: float) -> float:  # type: ignore[t
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) -> None:
-    if name == "trace" and not DEFAULT_TRACE.exists():
-        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    if name == "trace":
+        shared_trace()
     first, again = suite_workload(name, SETTING, 1), suite_workload(name, SETTING, 1)
     assert first == again and len(first) > 100
     assert [r.arrival_s for r in first] == sorted(r.arrival_s for r in first)
@@ -69,8 +69,8 @@ def test_long_output_and_on_off_shapes() -> None:
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_length_scale_lengthens_each_workload_at_the_same_rates(name: str) -> None:
-    if name == "trace" and not DEFAULT_TRACE.exists():
-        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    if name == "trace":
+        shared_trace()
     short, long = suite_workload(name, SETTING, 3), suite_workload(name, SETTING, 3, 3)
     assert 2.6 < len(long) / len(short) < 3.4
     span = long[-1].arrival_s / short[-1].arrival_s

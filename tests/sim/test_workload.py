@@ -11,7 +11,6 @@ import pytest
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.scenario import WorkloadConfig, build_workload
 from nightjar_ray.sim.workload import (
-    DEFAULT_TRACE,
     fit_to_model,
     gamma_gaps,
     poisson_gaps,
@@ -19,6 +18,7 @@ from nightjar_ray.sim.workload import (
     read_trace,
     trace_workload,
 )
+from tests.support import shared_trace
 
 TINY_TRACE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -26,7 +26,6 @@ TINY_TRACE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:51.2224670,879,55
 2023-11-16 18:16:51.3910170,9000,16
 """
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_poisson_and_gamma_gaps_have_the_right_mean_and_spread() -> None:
@@ -75,9 +74,7 @@ def test_fit_to_model() -> None:
 
 
 def test_real_trace_slice_replays_at_the_requested_rate() -> None:
-    path = REPO_ROOT / DEFAULT_TRACE
-    if not path.exists():
-        pytest.skip(f"shared trace not present at {path}")
+    path = shared_trace()
     cfg = WorkloadConfig(
         arrival="trace",
         trace_path=str(path),
