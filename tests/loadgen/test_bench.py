@@ -73,7 +73,7 @@ def test_paired_ratios_and_bootstrap() -> None:
     assert resolution(s) == pytest.approx(max(1 - s.ci_low, s.ci_high - 1))
     lo, hi = bootstrap_ci([2.0] * 5, rng)
     assert lo == hi == 2.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one value per round"):
         paired_ratios([1.0], [1.0, 2.0], rng)
 
 

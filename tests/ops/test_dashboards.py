@@ -154,5 +154,5 @@ def test_provision_is_idempotent_and_the_cli_works(
 def test_provision_reports_grafana_errors(grafana: str) -> None:
     from grafana_client.client import GrafanaClientError
 
-    with pytest.raises(GrafanaClientError):
+    with pytest.raises(GrafanaClientError, match="404: not found"):
         provision(grafana + "/nope", [build_dashboard()])
