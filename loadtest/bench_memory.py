@@ -71,7 +71,7 @@ def bench_migration(args: argparse.Namespace) -> dict[str, Any]:
 def bench_pool(args: argparse.Namespace) -> dict[str, Any]:
     from vllm.v1.core.block_pool import BlockPool
 
-    from nightjar_ray.engine.elastic_pool import ElasticBlockPool
+    from nightjar_ray.engine.block_pool import ElasticBlockPool
 
     expand_s, contract_s, moved = [], [], []
     n, region = args.num_blocks, args.region_blocks

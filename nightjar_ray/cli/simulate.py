@@ -23,6 +23,7 @@ from nightjar_ray.cli.simulate_suite import (
     check_length_scale,
     parse_seeds,
 )
+from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.calibration import (
     PAPER_TABLE1_MIB,
     PAPER_TABLE3_MS,
@@ -143,10 +144,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--observed-time",
-        choices=["prefill-corrected", "pure", "step", "decode"],
+        choices=list(OBSERVATION_RULES),
         default=RunKnobs().observed_time,
-        help="What policies observe: the engine's observation rule, or 'decode' "
-        "(simulator-only diagnostic; docs/simulator.md).",
+        help="What policies observe: one of the engine's observation rules.",
     )
     p.add_argument(
         "--offload-trigger",

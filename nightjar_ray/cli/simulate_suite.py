@@ -15,6 +15,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
@@ -47,7 +48,7 @@ def add_suite_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--observed-time",
-        choices=["prefill-corrected", "pure", "step", "decode"],
+        choices=list(OBSERVATION_RULES),
         default=None,
         help="Observation rule (default: the engine's default).",
     )

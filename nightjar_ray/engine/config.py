@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.policy import Policy, PolicyConfig, build_policy, policy_config
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.policy.registry import load_switch_cost
 
 ADDITIONAL_CONFIG_KEY = "nightjar"

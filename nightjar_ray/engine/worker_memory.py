@@ -2,20 +2,20 @@
 
 Installed after vLLM's warm-up (no request holds a block yet) when any elastic-memory
 option is on. Per step, before the forward pass, :meth:`WorkerMemory.apply` runs the
-event's parts in order (``memory_event.py``): block moves, page release, draft commands.
+event's parts in order (``memory/events.py``): block moves, page release, draft commands.
 Every rank runs the same event at the same step, so TP ranks agree on residency and
 block count by construction; :meth:`stats` lets tests check that they do.
 
-The worker also reports two facts on each step's output for the scheduler (rank 0's
-output is the one it reads): ``nightjar_num_max_blocks`` (N_max, computed from this
-rank's KV pages and draft weights, ``kv_rebind.num_max_blocks``),
-``nightjar_draft_ready`` (a background reload has finished loading) and
-``nightjar_draft_events`` (cumulative offloads and reloads with the step loop's time in
-them, which the scheduler counts into the telemetry the metrics export).
+The worker also states three facts in its :class:`WorkerReport` on each step's output
+(rank 0's is the one the scheduler reads): N_max (computed from this rank's KV pages and
+draft weights, ``kv_rebind.num_max_blocks``), whether a background reload has finished
+loading, and the cumulative offloads and reloads with the step loop's time in them, which
+the scheduler counts into the telemetry the metrics export.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from nightjar_ray.engine.block_remap import apply_block_moves
@@ -24,12 +24,9 @@ from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import kv_layer_order, num_max_blocks, rebind_kv_to_arena
-from nightjar_ray.engine.memory_event import EVENT_ATTR, MemoryEvent
+from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
+from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
-
-MAX_BLOCKS_ATTR = "nightjar_num_max_blocks"
-DRAFT_READY_ATTR = "nightjar_draft_ready"
-DRAFT_EVENTS_ATTR = "nightjar_draft_events"
 
 
 class WorkerMemory:
@@ -82,13 +79,12 @@ class WorkerMemory:
         self.target_kv_indices = tuple(order[p] for p in self.target_positions)
         """Positions in ``model_runner.kv_caches`` of the target's layers."""
 
-    def apply(self, scheduler_output: Any) -> None:
+    def apply(self, event: MemoryEvent | None) -> None:
         """This step's event, before the forward pass (and before vLLM's state update).
 
         NOTE: while the draft is away its KV is garbage (rebuilt by the catch-up after
         the reload), so block moves and releases leave the draft's layers alone; reading
         or writing them would commit pages the offload gave back."""
-        event: MemoryEvent | None = getattr(scheduler_output, EVENT_ATTR, None)
         if event is None:
             return
         if event.moves:
@@ -143,17 +139,18 @@ class WorkerMemory:
         on_device = draft is not None and (draft.resident or loading)
         return self.arena.resident_bytes() + (draft.draft_bytes if draft and on_device else 0)
 
-    def stamp(self, output: Any) -> None:
-        """Facts the scheduler reads from rank 0's step output (module docstring)."""
+    def report(self, report: WorkerReport) -> WorkerReport:
+        """``report`` with the facts the scheduler reads from rank 0's step output."""
         if self.self_check:
             self.peak_committed_bytes = max(self.peak_committed_bytes, self.committed_bytes())
-        setattr(output, MAX_BLOCKS_ATTR, self.num_max_blocks)
         ready = self.offloader is not None and self.offloader.reload_ready()
-        setattr(output, DRAFT_READY_ATTR, ready)
+        events = None
         if self.offloader is not None:
             d = self.offloader.stats
-            events = ((d.num_offloads, d.offload_s), (d.num_reloads, d.reload_s))
-            setattr(output, DRAFT_EVENTS_ATTR, events)
+            events = DraftEventCounts(d.num_offloads, d.offload_s, d.num_reloads, d.reload_s)
+        return replace(
+            report, num_max_blocks=self.num_max_blocks, draft_ready=ready, draft_events=events
+        )
 
     def stats(self) -> dict[str, Any]:
         """Blocks this rank moved, table entries it rewrote, bytes it released, its

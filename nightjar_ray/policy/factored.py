@@ -16,7 +16,7 @@ draw: on the simulator's A100 low-load cell, key 4 ranked gamma 4 behind gamma 2
 reached it again. ``factored`` keeps ``d`` per key and shrinks each key's ``t`` toward
 the mean over every key, which a few hundred steps pin down::
 
-    t^[key, gamma] = (tokens[key, gamma] + k * t_pool[gamma]) / (req_steps[key, gamma] + k)
+    t^[key, gamma] = (tokens[key, gamma] + k * t_all[gamma]) / (req_steps[key, gamma] + k)
     l^[key, gamma] = d[key, gamma] / t^[key, gamma]          d: sum(step s) / sum(B)
 
 ``k`` (``tokens_prior_req_steps``) is the prior's weight in request-steps: at B=1 a key
@@ -27,7 +27,7 @@ token-weighted estimator exactly.
 
 Stored as the token-weighted table (``sum(d)/sum(n)``, counts in tokens, so arms settle
 and replicas pool as before) plus one table of requests per token with the same counts;
-both merge exactly across replicas, and ``t_pool`` is derived from them::
+both merge exactly across replicas, and ``t_all`` is derived from them::
 
     latency_per_token_s[key, gamma] = (tokens, sum(d) / tokens)
     reqs_per_token[key, gamma]      = (tokens, sum(B) / tokens)
@@ -41,7 +41,7 @@ REQS_TABLE = "reqs_per_token"
 
 
 class PooledTokens:
-    """Requests per token per (key, gamma), and tokens per request pooled over keys."""
+    """Requests per token per (key, gamma), and tokens per request over all keys."""
 
     __slots__ = ("_prior", "_reqs", "_tokens", "table")
 
@@ -60,7 +60,7 @@ class PooledTokens:
         self._reqs[gamma] += num_reqs
 
     def reload(self) -> None:
-        """Recompute the pooled sums after ``table`` was replaced (``load_stats``)."""
+        """Recompute the all-keys sums after ``table`` was replaced (``load_stats``)."""
         self._tokens = [0.0] * self.table.num_arms
         self._reqs = [0.0] * self.table.num_arms
         for _key, gamma, tokens, reqs_per_token in self.table.cells():
@@ -80,7 +80,7 @@ class PooledTokens:
             reqs = tokens * ratio
             if reqs <= 0.0 or self._reqs[gamma] <= 0.0:
                 continue
-            pooled = self._tokens[gamma] / self._reqs[gamma]
-            shrunk = (tokens + k * pooled) / (reqs + k)
+            all_keys = self._tokens[gamma] / self._reqs[gamma]
+            shrunk = (tokens + k * all_keys) / (reqs + k)
             out[gamma] = token_weighted[gamma] * tokens / (reqs * shrunk)
         return out

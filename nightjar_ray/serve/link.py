@@ -23,16 +23,17 @@ statistics (nothing is lost: the next delta still holds them) and retries.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.stepper import Stepper
 from nightjar_ray.policy.pooling import StatsExchange, stats_fingerprint
-from nightjar_ray.serve.context import ServeContext
-from nightjar_ray.serve.pool import total_count
+from nightjar_ray.serve.context import SERVE_CONTEXT_ENV, ServeContext
+from nightjar_ray.serve.policy_pool import total_count
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class ServeLink:
         self,
         context: ServeContext,
         config: NightjarConfig,
-        stepper: Stepper,
+        stepper: StepDriver,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
@@ -146,8 +147,15 @@ class ServeLink:
         self._actor.report.remote(self.context.replica, reading)
 
 
-def start_serve_link(raw_context: str, config: NightjarConfig, stepper: Stepper) -> ServeLink:
+def start_serve_link(raw_context: str, config: NightjarConfig, stepper: StepDriver) -> ServeLink:
     """Start the link of a Serve replica's engine (``raw_context``: the env variable)."""
     link = ServeLink(ServeContext.from_env(raw_context), config, stepper)
     link.start()
     return link
+
+
+def start_from_engine(config: NightjarConfig, step_driver: StepDriver) -> ServeLink | None:
+    """The engine's start hook (``SERVE_START_HOOK``): in the engine process of a Serve
+    replica (``SERVE_CONTEXT_ENV`` set by the replica), start its link; else nothing."""
+    raw = os.environ.get(SERVE_CONTEXT_ENV)
+    return None if not raw else start_serve_link(raw, config, step_driver)

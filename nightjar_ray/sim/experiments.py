@@ -21,16 +21,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.policy.nightjar import NightjarPolicy
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE
 from nightjar_ray.sim.calibration import simulated_switch_cost, token_latency_s
 from nightjar_ray.sim.elastic import ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.metrics import SimResult, Summary, summarize
 from nightjar_ray.sim.presets import Setting
-from nightjar_ray.sim.server import ServerOptions, SimObservation, SimServer
+from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.workload import RequestSpec
 
 
@@ -47,7 +47,7 @@ class RunKnobs:
     """Steps the reload condition must hold (paper: 1; ``ElasticParams``)."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
-    observed_time: SimObservation = DEFAULT_OBSERVATION_RULE
+    observed_time: ObservationRuleName = DEFAULT_OBSERVATION_RULE
     """What policies observe: the engine's observation rule (``ServerOptions.observed_time``)."""
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nightjar_ray.driver.observation import ObservationRuleName
 from nightjar_ray.sim.experiments import RunKnobs
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_dataset
-from nightjar_ray.sim.server import SimObservation
 from nightjar_ray.sim.workload import (
     DEFAULT_TRACE,
     RequestSpec,
@@ -80,11 +80,11 @@ class ScenarioConfig(BaseModel):
         ge=1,
         description="Steps the reload condition must hold before the draft returns (nightjar).",
     )
-    observed_time: SimObservation = Field(
+    observed_time: ObservationRuleName = Field(
         RunKnobs().observed_time,
         description=(
-            "What policies observe: an engine observation rule (prefill-corrected, pure, "
-            "step) or the simulator-only 'decode' diagnostic (cost-model decode time)."
+            "What policies observe: one of the engine's observation rules "
+            "(prefill-corrected, pure, step)."
         ),
     )
     offload_trigger: Literal["played", "exploited"] = Field(

@@ -1,13 +1,13 @@
-"""Stepper: B, gamma attribution, observation rule and async-safe step timing."""
+"""StepDriver: B, gamma attribution, observation rule and async-safe step timing."""
 
 import random
 from dataclasses import replace
 
 import pytest
 
-from nightjar_ray.engine.stepper import StepBatch, Stepper
+from nightjar_ray.driver.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
+from nightjar_ray.driver.step_driver import StepBatch, StepDriver
 from nightjar_ray.policy import Policy, StepResult, build_policy
-from nightjar_ray.policy.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
 
 
 class FakeClock:
@@ -43,10 +43,12 @@ class Recorder:
         return self.policy.last_explored
 
 
-def make(name: str, params: dict[str, object], **kw: object) -> tuple[Stepper, Recorder, FakeClock]:
+def make(
+    name: str, params: dict[str, object], **kw: object
+) -> tuple[StepDriver, Recorder, FakeClock]:
     rec = Recorder(build_policy(name, params, rng=random.Random(0)))
     clock = FakeClock()
-    stepper = Stepper(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
+    stepper = StepDriver(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
     return stepper, rec, clock
 
 
@@ -181,7 +183,7 @@ def test_nightjar_reports_exploration_decisions() -> None:
 def test_draft_away_steps_play_zero_and_neither_ask_nor_teach_the_policy() -> None:
     policy = Recorder(build_policy("fixed", {"gamma": 3, "gamma_max": 3}, rng=random.Random(0)))
     clock = FakeClock()
-    stepper = Stepper(policy, gamma_cap=3, clock=clock, observation_rule="step")  # type: ignore[arg-type]
+    stepper = StepDriver(policy, gamma_cap=3, clock=clock, observation_rule="step")  # type: ignore[arg-type]
     batch = StepBatch(4, 4, 4, 0)
     for away in (True, True, False, False):
         gamma = stepper.on_schedule(batch, clock.now, draft_away=away)
@@ -213,7 +215,7 @@ class Scripted:
 def test_sd_disabled_means_an_exploited_gamma_zero() -> None:
     """§6.1 condition (1), the simulator's ``offload_trigger="exploited"``."""
     script = [(3, False), (0, True), (0, False), (2, True)]
-    stepper = Stepper(Scripted(script), gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
+    stepper = StepDriver(Scripted(script), gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
     disabled = []
     for _ in script:
         stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
@@ -244,7 +246,7 @@ def price_target_prefill(rule: ObservationRule, s_per_token: float) -> None:
 
 def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
     script = [(3, False)] * 4 + [(3, True)] * 2
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         Estimating(script), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     long_prompt = StepBatch(0, 1, 1, 0, 1000, num_owed_tokens=1000, num_remaining_tokens=10)
@@ -275,7 +277,7 @@ class StillLearning(Estimating):
 
 
 def test_draft_gate_judges_a_key_still_learning_by_the_best_case() -> None:
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         StillLearning([(2, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     price_target_prefill(stepper.observation, s_per_token=1e-3)
@@ -296,7 +298,7 @@ class BatchAware(Estimating):
 
 
 def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         BatchAware([(3, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     price_target_prefill(stepper.observation, s_per_token=1e-3)
@@ -313,7 +315,7 @@ def test_draft_value_is_the_policy_gain_at_the_last_scheduled_batch() -> None:
     policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
     for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
         policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
-    stepper = Stepper(policy, gamma_cap=2, clock=FakeClock())
+    stepper = StepDriver(policy, gamma_cap=2, clock=FakeClock())
     assert stepper.draft_value() == (None, 0)  # nothing scheduled yet
     stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
     gain, num_reqs = stepper.draft_value()

@@ -6,17 +6,16 @@ import random
 
 import pytest
 
-from nightjar_ray.engine import stepper as engine_stepper
-from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.policy import build_policy
-from nightjar_ray.policy.config import NightjarPolicyConfig
-from nightjar_ray.policy.observation import (
+from nightjar_ray.driver.observation import (
     DEFAULT_OBSERVATION_RULE,
     MIN_PREFILL_SAMPLES,
     ObservationRule,
     StepSample,
 )
+from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.policy import build_policy
+from nightjar_ray.policy.config import NightjarPolicyConfig
 from nightjar_ray.sim import server as sim_server
 from nightjar_ray.sim.experiments import RunKnobs, default_contenders
 
@@ -25,12 +24,23 @@ TARGET_S_PER_PROMPT_TOKEN = 1e-5
 DRAFT_S_PER_PROMPT_TOKEN = 2e-6
 
 
-def test_engine_and_simulator_run_the_same_rule_with_the_same_default() -> None:
-    assert engine_stepper.ObservationRule is sim_server.ObservationRule is ObservationRule
+def test_engine_and_simulator_run_the_same_step_driver_with_the_same_default() -> None:
+    from nightjar_ray.engine import scheduler as engine_scheduler
+    from nightjar_ray.sim.presets import SETTINGS
+
+    server = sim_server.SimServer(
+        SETTINGS["rtx4090-7b"],
+        build_policy("off", {}, rng=random.Random(0)),
+        sim_server.ServerOptions(),
+    )
+    assert engine_scheduler.StepDriver is sim_server.StepDriver is StepDriver
+    assert type(server.driver) is StepDriver
+    assert type(server.driver.observation) is ObservationRule
+    assert server.driver.observation.name == DEFAULT_OBSERVATION_RULE
     assert NightjarConfig().observation_rule == RunKnobs().observed_time
     assert RunKnobs().observed_time == DEFAULT_OBSERVATION_RULE
     policy = build_policy("off", {}, rng=random.Random(0))
-    stepper = Stepper(policy, gamma_cap=4, clock=lambda: 0.0)
+    stepper = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0)
     assert isinstance(stepper.observation, ObservationRule)
     assert stepper.observation.name == DEFAULT_OBSERVATION_RULE
 
@@ -99,7 +109,7 @@ def test_engine_stepper_learns_corrected_times_from_its_own_steps() -> None:
     real_observe = policy.observe
     policy.observe = lambda r: (seen.append(r.duration_s), real_observe(r))[1]  # type: ignore[method-assign]
     now = [0.0]
-    stepper = Stepper(policy, gamma_cap=4, clock=lambda: now[0])
+    stepper = StepDriver(policy, gamma_cap=4, clock=lambda: now[0])
     for i in range(80):
         prompt = 0 if i % 3 else 1000
         gamma = 0 if i < 40 else 2

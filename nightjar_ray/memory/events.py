@@ -1,9 +1,9 @@
 """What the scheduler tells every worker about memory at one step boundary.
 
-The scheduler decides elastic-memory events once (``memory_controller.py``, or the chaos
-cycles in ``compaction.py`` / ``draft_cycle.py``) and sends them on that step's
-``SchedulerOutput``; every rank applies them before the step's forward pass
-(``worker_memory.py``), through the executor's normal step RPC, so the mp executor on
+The scheduler decides elastic-memory events once (``memory/controller.py``, or the forced
+cycles in ``memory/cycles.py``) and sends them with that step (``engine/messages.py``);
+every rank applies them before the step's forward pass (``engine/worker_memory.py``),
+through the executor's normal step RPC, so the mp executor on
 CPU and the Ray executor on GPU run the same code at the same step::
 
     MemoryEvent(moves={src: dst}, release=(start, end), draft_commands=("offload",))
@@ -21,12 +21,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 DraftCommand = Literal["offload", "reload", "resume"]
-
-EVENT_ATTR = "nightjar_memory_event"
-"""The step's :class:`MemoryEvent` on the ``SchedulerOutput`` (absent: nothing to do)."""
-STATS_ATTR = "nightjar_memory_stats"
-"""The scheduler's cumulative memory counts, carried to the workers with each step (so
-tests and tools read both sides with one ``collective_rpc``)."""
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nightjar_ray.engine.compaction import finish_pool_event
-from nightjar_ray.engine.config import ElasticMemoryConfig
-from nightjar_ray.engine.elastic_pool import ElasticBlockPool
-from nightjar_ray.engine.memory_event import MemoryEvent
+from nightjar_ray.memory.block_pool import ResizableBlockPool, finish_pool_event
+from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.triggers import (
     DraftResidency,
     ElasticTriggers,
@@ -43,6 +41,20 @@ from nightjar_ray.memory.triggers import (
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerParams:
+    """The controller's settings (the engine builds them from ``ElasticMemoryConfig``)."""
+
+    tau_low_fraction: float
+    """tau_low as a fraction of the stock block pool's usable blocks."""
+    expand_persist_steps: int
+    """T_persist: steps speculation must be off with N_free < tau_low."""
+    contract_persist_steps: int
+    """Steps the queue must stay empty with N_free > N_region + tau_low."""
+    offload_outvalued: bool
+    """Also offload when the draft's memory, as KV cache, is worth more than speculation."""
 
 
 @dataclass
@@ -71,12 +83,15 @@ class ControllerStats:
 
 
 class ElasticController:
-    """See module docstring. ``pool`` is vLLM's scheduler-side ``BlockPool``."""
+    """See module docstring. ``bind_pool(N_max)`` returns the engine's block pool as a
+    :class:`ResizableBlockPool` that may grow to ``N_max`` ids; ``num_stock_blocks`` is
+    its size at start (the null block included)."""
 
     def __init__(
         self,
-        pool: Any,
-        config: ElasticMemoryConfig,
+        bind_pool: Callable[[int], ResizableBlockPool],
+        num_stock_blocks: int,
+        config: ControllerParams,
         telemetry: EngineTelemetry,
         clock: Callable[[], float] = time.perf_counter,
         max_num_reqs: int = 1,
@@ -86,14 +101,14 @@ class ElasticController:
         """vLLM's ``max_num_seqs``: how far a grown pool can grow the batch."""
         self.telemetry = telemetry
         self.clock = clock
-        self._raw_pool = pool
-        self.pool: ElasticBlockPool | None = None
+        self._bind_pool = bind_pool
+        self.pool: ResizableBlockPool | None = None
         self.triggers: ElasticTriggers | None = None
         self.residency = DraftResidency.RESIDENT
         self.stats = ControllerStats(
-            num_blocks=pool.num_gpu_blocks,
-            num_stock_blocks=pool.num_gpu_blocks,
-            peak_num_blocks=pool.num_gpu_blocks,
+            num_blocks=num_stock_blocks,
+            num_stock_blocks=num_stock_blocks,
+            peak_num_blocks=num_stock_blocks,
         )
         self._pending: MemoryAction | None = None
         self._draft_ready = False
@@ -109,13 +124,13 @@ class ElasticController:
         return self.stats.num_max_blocks - self.stats.num_stock_blocks
 
     def on_worker_output(self, num_max_blocks: int | None, draft_ready: bool) -> None:
-        """Facts rank 0 stamped on a step output (``worker_memory.py``): N_max and
+        """Facts rank 0 stamped on a step output (``engine/worker_memory.py``): N_max and
         whether a started reload finished loading."""
         self._draft_ready = draft_ready
         if self.triggers is not None or num_max_blocks is None:
             return
         self.stats.num_max_blocks = num_max_blocks
-        self.pool = ElasticBlockPool(self._raw_pool, num_max_blocks)
+        self.pool = self._bind_pool(num_max_blocks)
         if self.num_region_blocks <= 0:
             logger.warning("nightjar memory: the draft frees no whole block; controller off")
             return
@@ -225,7 +240,7 @@ class ElasticController:
         self.telemetry.draft_resident = residency is DraftResidency.RESIDENT
 
     def _done(self, kind: str, start_s: float, num_moved: int = 0) -> float:
-        """Check, count and log the event (``compaction.finish_pool_event``); returns its
+        """Check, count and log the event (``block_pool.finish_pool_event``); returns its
         duration (check excluded)."""
         assert self.pool is not None
         duration_s = finish_pool_event(

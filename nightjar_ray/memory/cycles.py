@@ -1,6 +1,12 @@
-"""Scheduler side of KV compaction: forced contract/expand cycles under load.
+"""Forced memory cycles for tests and chaos runs (scheduler side, no vLLM).
 
-:class:`CompactionCycle` drives :class:`ElasticBlockPool` at step boundaries: every
+Two drivers that exercise elastic memory's paths on a fixed schedule instead of the
+§6.1 triggers, enabled only by the testing switches of the engine config:
+
+* :class:`CompactionCycle`: KV compaction, forced contract/expand cycles under load;
+* :class:`DraftCycle`: forced draft offload/reload cycles.
+
+:class:`CompactionCycle` drives a ``ResizableBlockPool`` at step boundaries: every
 ``cycle_steps`` steps it gives the top ``region_blocks`` ids back (moving live blocks
 below the boundary; refused and retried next step when they do not fit) and
 ``cycle_steps`` steps later hands them out again. It is the contraction path of elastic
@@ -13,17 +19,14 @@ Every event is logged with its duration and counted (:class:`CompactionStats`).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nightjar_ray.engine.elastic_pool import ElasticBlockPool
-from nightjar_ray.engine.memory_event import MemoryEvent
+from nightjar_ray.memory.block_pool import ResizableBlockPool, finish_pool_event
+from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.metrics.telemetry import EngineTelemetry
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,7 +50,7 @@ class CompactionCycle:
 
     def __init__(
         self,
-        pool: ElasticBlockPool,
+        pool: ResizableBlockPool,
         region_blocks: int,
         cycle_steps: int,
         clock: Callable[[], float] = time.perf_counter,
@@ -109,26 +112,35 @@ class CompactionCycle:
         )
 
 
-def finish_pool_event(
-    pool: ElasticBlockPool,
-    kind: str,
-    duration_s: float,
-    num_region_blocks: int,
-    num_moved: int,
-    telemetry: EngineTelemetry | None,
-) -> float:
-    """After an expansion or contraction (this cycle's or the memory controller's): check
-    the pool's accounting, count the event in the telemetry the metrics export, log it;
-    returns ``duration_s`` (taken before the O(N) check)."""
-    pool.check()
-    if telemetry is not None:
-        telemetry.record_memory_event(kind, duration_s)
-    logger.info(
-        "nightjar memory: %s %d blocks (%d moved) in %.3f ms; pool now %d blocks",
-        kind,
-        num_region_blocks,
-        num_moved,
-        duration_s * 1e3,
-        pool.num_blocks,
-    )
-    return duration_s
+@dataclass
+class DraftCycleStats:
+    num_offload_commands: int = 0
+    num_reload_commands: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DraftCycle:
+    """Offload the draft every ``cycle_steps`` steps and reload it as many steps later."""
+
+    def __init__(self, cycle_steps: int) -> None:
+        if cycle_steps < 1:
+            raise ValueError("cycle_steps must be >= 1")
+        self.cycle_steps = cycle_steps
+        self.resident = True
+        self.stats = DraftCycleStats()
+        self._steps = 0
+
+    def before_schedule(self) -> MemoryEvent | None:
+        """Run at the start of ``schedule()``; this step's draft commands, if any."""
+        self._steps += 1
+        if self._steps < self.cycle_steps:
+            return None
+        self._steps = 0
+        self.resident = not self.resident
+        if self.resident:
+            self.stats.num_reload_commands += 1
+            return MemoryEvent(draft_commands=("reload", "resume"))
+        self.stats.num_offload_commands += 1
+        return MemoryEvent(draft_commands=("offload",))

@@ -1,8 +1,22 @@
-"""Per-step policy loop of the scheduler, free of vLLM types (pure Python).
+"""The step driver: one per-step loop around a policy, for the engine and the simulator.
 
-The vLLM scheduler subclass (``scheduler.py``) turns each ``SchedulerOutput``
-into a :class:`StepBatch`, asks :meth:`Stepper.on_schedule` for gamma, and
-reports each finished step to :meth:`Stepper.on_output`.
+Both drivers of steps, the vLLM scheduler subclass (``engine/scheduler.py``) and the
+simulator's server (``sim/server.py``), reduce a step to a :class:`StepBatch` and call
+the same :class:`StepDriver`::
+
+    on_schedule(batch, start_s, draft_away) -> gamma     (= choose(...) then commit(...))
+      choose:  B from the batch, policy.choose(B, L_max) capped at gamma_cap, unless the
+               draft is away (gamma 0, the policy neither asked nor taught)
+      commit:  the draft gate (``driver/draft_gate.py``) may turn gamma into 0; the
+               decision is recorded and counted in the telemetry
+    on_output(tokens, drafts, accepted[, duration_s]) -> the finished StepDecision
+               the observation rule (``driver/observation.py``) decides whether and
+               with what time the policy learns from it
+    sd_disabled, draft_value()   what the memory triggers read after a step
+
+The simulator calls ``choose`` while it reserves KV slots (its lookahead depends on
+gamma) and ``commit`` once the step's prefill chunks are known; the engine calls
+``on_schedule``. Pure Python: no vLLM types, clock passed in.
 
 What a step's gamma means in vLLM. ``num_spec_tokens_to_schedule`` of step t
 is the number of drafts the proposer makes at the *end* of step t; they are
@@ -15,7 +29,7 @@ gamma_t drafts::
                                                      only if g_t == g_{t-1}
 
 Which steps the policy learns from, and with what time, is the shared
-:class:`~nightjar_ray.policy.observation.ObservationRule` (the simulator runs the
+:class:`~nightjar_ray.driver.observation.ObservationRule` (the simulator runs the
 same object): a step is a sample only when g_t == g_{t-1} (exactly one speculative
 iteration with that gamma; a transition step mixes two gammas and carries the
 catch-up, which Eq. (4) charges through C_switch). By default
@@ -38,7 +52,7 @@ each step adds to the wall clock; after an idle gap it starts at the
 schedule call, so idle time is never charged.
 
 Pooling (Ray Serve). A background thread exchanges the policy's statistics
-with the deployment's policy actor; it holds :attr:`Stepper.policy_lock` only
+with the deployment's policy actor; it holds :attr:`StepDriver.policy_lock` only
 while it exports or loads tables in memory (never across the network), and the
 step loop takes the same lock around ``choose`` and ``observe``.
 """
@@ -50,13 +64,13 @@ import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import IO, Any
 
+from nightjar_ray.driver.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 from nightjar_ray.metrics.telemetry import EngineTelemetry
 from nightjar_ray.policy import Policy
-from nightjar_ray.policy.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +93,19 @@ class StepBatch:
     """Tokens the draft would process now beyond the decodes' own: lags + prefill chunks."""
     num_remaining_tokens: int = 0
     """Output tokens still to come after this step, summed over the scheduled requests."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The policy's pick for one step, before the draft gate (:meth:`StepDriver.choose`)."""
+
+    gamma: int
+    num_reqs: int
+    """B handed to the policy (0 when it was not consulted)."""
+    consulted: bool
+    explored: bool = False
+    """gamma is an exploration probe (``Policy.last_explored``)."""
+    draft_away: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,7 +140,7 @@ class StepDecision:
         return self.num_scheduled_reqs > self.num_decode_reqs
 
 
-class Stepper:
+class StepDriver:
     """Chooses gamma per step and feeds finished steps back to the policy."""
 
     def __init__(
@@ -150,6 +177,11 @@ class Stepper:
         self.gamma_counts: Counter[int] = Counter()
         self.num_observed = 0
 
+    @property
+    def last_gamma(self) -> int:
+        """Gamma of the last committed step (the drafts the next step verifies)."""
+        return self._prev_gamma
+
     def batch_size(self, batch: StepBatch) -> int:
         """B for the policy (see docs/engine.md, "What counts toward B")."""
         if self._count_scheduled:
@@ -160,18 +192,35 @@ class Stepper:
         """Gamma for the step just scheduled (``start_s``: when schedule() began). With
         ``draft_away`` (elastic memory offloaded it) gamma is 0, the policy is neither
         asked nor taught (the step's outcome says nothing about its choice)."""
-        num_reqs = self.batch_size(batch)
-        consulted = num_reqs > 0 and not draft_away
-        gamma = 0 if draft_away else self._prev_gamma
-        explored = False
+        choice = self.choose(self.batch_size(batch), batch.max_skip_tokens, draft_away)
+        return self.commit(batch, choice, start_s)
+
+    def choose(self, num_reqs: int, max_skip_tokens: int, draft_away: bool = False) -> Choice:
+        """The policy's gamma at B = ``num_reqs`` (capped), or, when it is not consulted
+        (B = 0 or the draft away), the last gamma (0 with the draft away)."""
+        if num_reqs < 1 or draft_away:
+            return self.not_consulted(draft_away)
         with self.policy_lock:
-            if consulted:
-                gamma = min(self.policy.choose(num_reqs, batch.max_skip_tokens), self._cap)
-                explored = self.policy.last_explored
+            gamma = min(self.policy.choose(num_reqs, max_skip_tokens), self._cap)
+            explored = self.policy.last_explored
+        return Choice(gamma, num_reqs, consulted=True, explored=explored)
+
+    def not_consulted(self, draft_away: bool = False) -> Choice:
+        """A step the policy is not asked about: it keeps the last gamma (0 when away)."""
+        gamma = 0 if draft_away else self._prev_gamma
+        return Choice(gamma, 0, consulted=False, draft_away=draft_away)
+
+    def commit(self, batch: StepBatch, choice: Choice, start_s: float) -> int:
+        """Gate ``choice`` on the step's batch, record it; returns the gamma it plays."""
+        gamma, explored = choice.gamma, choice.explored
+        with self.policy_lock:
             gated = gamma > 0 and not self._gate_allows(batch, gamma, explored)
         if gated:
             gamma = 0
-        self.telemetry.on_step(gamma, num_reqs, explored=explored, consulted=consulted, gated=gated)
+        num_reqs = choice.num_reqs
+        self.telemetry.on_step(
+            gamma, num_reqs, explored=explored, consulted=choice.consulted, gated=gated
+        )
         decision = StepDecision(
             step=self._step,
             num_reqs=num_reqs,
@@ -182,9 +231,9 @@ class Stepper:
             max_skip_tokens=batch.max_skip_tokens,
             gamma=gamma,
             verified_gamma=self._prev_gamma,
-            consulted=consulted,
+            consulted=choice.consulted,
             start_s=start_s,
-            draft_away=draft_away,
+            draft_away=choice.draft_away,
             gated=gated,
         )
         self._pending.append(decision)
@@ -232,12 +281,20 @@ class Stepper:
             return self.policy.speculation_gain(num_reqs), num_reqs
 
     def on_output(
-        self, num_tokens: int, num_draft_tokens: int, num_accepted_tokens: int
+        self,
+        num_tokens: int,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        duration_s: float | None = None,
     ) -> StepDecision:
-        """Close the oldest pending step; observe it if the observation rule takes it."""
+        """Close the oldest pending step; observe it if the observation rule takes it.
+        ``duration_s``: the step's time where the caller knows it (the simulator's cost
+        model); else it is measured with the clock (module docstring)."""
         end_s = self._clock()
         decision = self._pending.popleft()
         duration = end_s - max(self._last_end_s, decision.start_s)
+        if duration_s is not None:
+            duration = duration_s
         self._last_end_s = end_s
         num_accepted = min(num_accepted_tokens, num_draft_tokens)
         result = (
@@ -256,15 +313,13 @@ class Stepper:
                 )
             )
         )
-        done = StepDecision(
-            **{
-                **asdict(decision),
-                "num_tokens": num_tokens,
-                "num_draft_tokens": num_draft_tokens,
-                "num_accepted_tokens": num_accepted,
-                "duration_s": duration,
-                "observed": result is not None,
-            }
+        done = replace(
+            decision,
+            num_tokens=num_tokens,
+            num_draft_tokens=num_draft_tokens,
+            num_accepted_tokens=num_accepted,
+            duration_s=duration,
+            observed=result is not None,
         )
         if result is not None:
             with self.policy_lock:
