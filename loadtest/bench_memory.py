@@ -27,14 +27,14 @@ from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena import KVArena
+from nightjar_ray.memory.arena import CPUKVArena
 from nightjar_ray.memory.kernels import move_blocks_torch
 
 
 def bench_migration(args: argparse.Namespace) -> dict[str, Any]:
     page = args.page_bytes
     slots = 2 * args.moves
-    arena = KVArena((page,) * args.layers, slots)
+    arena = CPUKVArena((page,) * args.layers, slots)
     arena.buffer.fill_(1)  # commit every page: a real cache's blocks are written
     moves = {args.moves + i: i for i in range(args.moves)}
     nbytes = args.moves * args.layers * page

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena import KVArena
+from nightjar_ray.memory.arena import CPUKVArena, KVArena
 
 
 def _check_layout(kv_caches: list[torch.Tensor]) -> int:
@@ -90,7 +90,7 @@ def rebind_kv_to_arena(
             "(GPU: CUDA virtual memory, docs/memory.md)"
         )
     order, draft_positions = kv_layer_order(model_runner)
-    arena = KVArena([kv_caches[i][0].nbytes for i in order], slots)
+    arena = CPUKVArena([kv_caches[i][0].nbytes for i in order], slots)
     context = model_runner.compilation_config.static_forward_context
     for position, index in enumerate(order):
         old = kv_caches[index]
