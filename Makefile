@@ -23,8 +23,8 @@ demo: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray demo $(ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff format --check nightjar_ray tests loadtest
-	$(BIN)/ruff check nightjar_ray tests loadtest
+	$(BIN)/ruff format --check nightjar_ray tests benchmarks
+	$(BIN)/ruff check nightjar_ray tests benchmarks
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
@@ -45,7 +45,7 @@ bench-policy: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray bench-policy
 
 bench-engine: $(VENV)/.installed-dev
-	$(BIN)/python loadtest/bench_engine.py --out docs/bench-engine.json \
+	$(BIN)/python benchmarks/bench_engine.py --out benchmarks/results/bench-engine.json \
 		--profile docs/profiles/cpu-2core-bench-s0.05.csv
 
 profile-switch-cost: $(VENV)/.installed-dev
