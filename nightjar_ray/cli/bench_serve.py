@@ -130,7 +130,7 @@ def _app_counts(app: str) -> dict[str, Any] | None:
     import ray
     from ray.exceptions import RayError
 
-    from nightjar_ray.serve.faults import policy_actor
+    from nightjar_ray.cli.faults import policy_actor
 
     try:
         status = ray.get(policy_actor(app).status.remote(), timeout=10)
@@ -162,7 +162,7 @@ def _retire(names: list[str], counts: dict[str, Any]) -> None:
     import ray
     from ray import serve
 
-    from nightjar_ray.serve.faults import policy_actor
+    from nightjar_ray.cli.faults import policy_actor
 
     for name in names:
         c = _app_counts(name)

@@ -93,7 +93,7 @@ def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tup
 
 
 def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
-    from nightjar_ray.serve import faults
+    from nightjar_ray.cli import faults
 
     state: dict[str, Any] = {}
     if scenario == "memory":
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     late = [r.index for r in run_result.records if not r.ok and r.start_s > report.fault_at_s + 1.0]
     out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
     if args.scenario == "memory":
-        from nightjar_ray.serve import faults
+        from nightjar_ray.cli import faults
 
         out["memory_events"] = faults.memory_event_counts(APP)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -3,7 +3,7 @@
 ``concurrency`` workers each send one streaming request after another until the
 phase's time is up; every request records its time to first token and its
 inter-token gaps. (The open-loop load generator with trace replay and the
-benchmark orchestration live in ``loadtest/``.)
+benchmark orchestration live in ``nightjar_ray.loadgen``.)
 """
 
 from __future__ import annotations

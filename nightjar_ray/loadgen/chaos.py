@@ -1,6 +1,6 @@
 """Faults under load: run open-loop load, inject a fault at a set time, report what broke.
 
-The fault and the recovery check are callables (``nightjar_ray.serve.faults`` provides the
+The fault and the recovery check are callables (``nightjar_ray.cli.faults`` provides the
 Ray ones: kill the policy actor, kill one replica), so this module stays free of Ray. The
 requests cycle over a few prompts whose greedy outputs are recorded once before the run;
 every successful request's text is compared with its prompt's reference, so a fault that

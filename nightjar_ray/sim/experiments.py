@@ -7,7 +7,7 @@ A *contender* is a policy plus how the engine runs around it:
   kept in sync on gamma = 0 steps);
 * ``nightjar``: skip the draft on gamma = 0 (pay C_switch on re-enable) and offload it
   under memory pressure (paper §6), with a C_switch table profiled on the simulated
-  hardware (as ``nightjar-ray profile-switch-cost`` would on a real GPU).
+  hardware (as ``benchmarks/profile_switch_cost.py`` would on a real GPU).
 
 The oracle is the best static choice per load in hindsight: among ``off`` and
 ``fixed-1..gamma_max`` the run with the highest throughput at that load.
@@ -112,7 +112,8 @@ any draft-loaded policy can get under load (``off`` has no draft and smaller blo
 
 
 BATCH_ORACLE_CONTEXT_TOKENS = 512
-"""Context length at which ``batch_oracle`` reads the cost model (as ``simulate calibrate``)."""
+"""Context length at which ``batch_oracle`` reads the cost model (as
+``benchmarks/simulate_calibrate.py``)."""
 
 
 def batch_oracle(setting: Setting, dataset: str, gamma_max: int = 4) -> Contender:

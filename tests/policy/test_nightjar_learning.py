@@ -76,6 +76,7 @@ def _mean_regret_per_step(num_steps: int, seeds: range) -> float:
     return statistics.fmean(values)
 
 
+@pytest.mark.research
 def test_regret_grows_sublinearly() -> None:
     """R(T)/T falls as T grows 10x and 100x (R(T) = O~(sqrt T))."""
     r1 = _mean_regret_per_step(1_000, range(8))

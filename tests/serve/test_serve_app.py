@@ -349,8 +349,8 @@ def test_killing_one_of_two_replicas_under_load(app: App) -> None:
     """The chaos scenario: kill one of the two replicas (after the autoscaling test) under
     open-loop load. Only requests in flight at the kill may fail; Serve replaces the
     replica; every successful greedy output equals its prompt's reference."""
+    from nightjar_ray.cli import faults
     from nightjar_ray.loadgen.chaos import chaos_requests, reference_texts, run_chaos
-    from nightjar_ray.serve import faults
 
     assert len(faults.llm_replicas(APP)) == 2
     prompts = [tuple(range(20 + i, 40 + i)) for i in range(3)]

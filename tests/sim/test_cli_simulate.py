@@ -61,12 +61,6 @@ def test_simulate_compare_prints_ratio_table_and_oracle(capsys: pytest.CaptureFi
     assert "| 2 qps | " in out
 
 
-def test_simulate_calibrate(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "calibrate", "--setting", "l20x2-32b"]) == 0
-    out = capsys.readouterr().out
-    assert "Table 1" in out and "Table 3" in out and "17.87" in out
-
-
 def test_scenario_file_runs_and_unknown_field_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,6 +1,8 @@
 """Faults to inject under load, and checks that the app recovered (for ``loadgen.chaos``).
 
-Run in a driver connected to the app's Ray cluster.
+Run in a driver connected to the app's Ray cluster. Used by ``nightjar-ray chaos`` (the
+faults) and ``nightjar-ray bench-serve`` (the policy actor's status); nothing under
+``serve/`` needs them.
 """
 
 from __future__ import annotations

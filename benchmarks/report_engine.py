@@ -1,13 +1,13 @@
 """Markdown tables from ``bench_engine.py``'s JSON (docs/benchmarks.md, "Engine").
 
-python loadtest/report_engine.py docs/bench-engine.json
+python benchmarks/report_engine.py benchmarks/results/bench-engine.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,9 @@ def e2e(res: dict[str, Any], max_tokens: int) -> str:
 
 
 def main() -> None:
-    data = json.loads(Path(sys.argv[1]).read_text())
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", type=Path, help="bench_engine.py's JSON (its --out).")
+    data = json.loads(p.parse_args().results.read_text())
     if "overhead" in data:
         print("Scheduler overhead\n\n" + overhead(data["overhead"]))
     if "skip" in data:

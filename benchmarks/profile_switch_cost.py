@@ -1,8 +1,15 @@
-"""Measure C_switch(L_max, B) on this machine (paper §4.2, Table 3 method).
+"""Measure C_switch(L_max, B) on this machine and write the profile CSV (paper §4.2).
+
+    python benchmarks/profile_switch_cost.py --out benchmarks/results/switch-cost.csv \\
+        [--target DIR --draft DIR | --tiny] [--skip-tokens 16,64,256,512] [--batch-sizes 1,2,4]
+
+Starts one vLLM engine on the target/draft pair (``--target/--draft``, or a generated
+pair) and writes ``max_skip_tokens,num_reqs,switch_cost_ms`` rows, the profile that
+``NightjarConfig(switch_cost_profile=PATH)`` feeds to the nightjar policy.
 
 The paper profiles the switch cost as T_SD - T_base: the prefill time with
 the draft running minus without it, over a grid of lengths and batch sizes.
-In this engine that difference *is* the draft catch-up forward, so we time
+In this engine that difference *is* the draft catch-up forward, so this times
 the catch-up itself, in the real engine, on the real code path:
 
     engine: NightjarConfig(policy="cyclic", gammas=[0, 0, 0, 0, 1])
@@ -16,20 +23,23 @@ the catch-up itself, in the real engine, on the real code path:
 
 The four-step gamma=0 phase absorbs vLLM's request arrival: a batch is not
 always admitted in one step, and the few decode steps at gamma=0 after the
-prefill make each lag L to L+4 tokens (recorded at L). The
-result is written with ``SwitchCostTable`` in the profile CSV format the
-``nightjar`` policy reads.
+prefill make each lag L to L+4 tokens (recorded at L).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.offline import draft_stats, random_prompts, run_batch
+from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prompts, run_batch
+from nightjar_ray.models.pair import TINY_SPEC, ModelPair, PairSpec, generate_pair
 from nightjar_ray.policy import SwitchCostTable
 
 PROFILE_CONFIG = NightjarConfig(
@@ -128,3 +138,59 @@ def parse_ints(text: str, name: str) -> Sequence[int]:
     if not values:
         raise ValueError(f"{name}: empty list")
     return values
+
+
+DEFAULT_PAIR_DIR = Path.home() / ".cache" / "nightjar-ray" / "pairs"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Measure C_switch(L_max, B) and write the profile CSV."
+    )
+    parser.add_argument("--out", required=True, help="Profile CSV to write.")
+    parser.add_argument("--target", help="Target model directory (default: generated pair).")
+    parser.add_argument("--draft", help="Draft model directory (with --target).")
+    parser.add_argument("--pair-dir", default=str(DEFAULT_PAIR_DIR), help="Generated pairs.")
+    parser.add_argument("--residual-scale", type=float, default=0.05, help="Generated pair s.")
+    parser.add_argument("--tiny", action="store_true", help="Generate the small test pair.")
+    parser.add_argument("--skip-tokens", default="16,64,256,512", help="L_max grid.")
+    parser.add_argument("--batch-sizes", default="1,2,4,8,16", help="B grid.")
+    parser.add_argument("--repeats", type=int, default=3, help="Samples per point (median).")
+    return parser
+
+
+def resolve_pair(args: argparse.Namespace) -> ModelPair:
+    """The pair named by ``--target/--draft`` or a generated one."""
+    if bool(args.target) != bool(args.draft):
+        raise ValueError("--target and --draft go together")
+    if args.target:
+        config = json.loads((Path(args.target) / "config.json").read_text())
+        spec = replace(PairSpec(), vocab_size=int(config["vocab_size"]))
+        return ModelPair(Path(args.target), Path(args.draft), spec)
+    base = TINY_SPEC if args.tiny else PairSpec()
+    spec = replace(base, residual_scale=args.residual_scale)
+    name = f"{'tiny' if args.tiny else 'bench'}-s{args.residual_scale:g}"
+    return generate_pair(Path(args.pair_dir) / name, spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    grid = ProfileGrid(
+        tuple(parse_ints(args.skip_tokens, "--skip-tokens")),
+        tuple(parse_ints(args.batch_sizes, "--batch-sizes")),
+        args.repeats,
+    )
+    pair = resolve_pair(args)
+    with offline_engine(pair, PROFILE_CONFIG, **engine_overrides(grid)) as llm:
+        table = profile_switch_cost(llm, grid, pair.spec.vocab_size, progress=print)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    table.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,6 @@
-"""``nightjar-ray policy-regret``: pseudo-regret of policies on the recorded CPU env.
+"""Pseudo-regret of policies on the recorded CPU env.
+
+    python benchmarks/policy_regret.py [--horizons 1000 10000 100000] [--max-batch 64] [--seeds 3]
 
 Regret is measured against the per-batch-size best arm in hindsight (latency
 per token, noise-free), summed over steps, averaged over seeds. Batch sizes
@@ -11,6 +13,8 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from nightjar_ray.policy import build_policy
@@ -31,12 +35,12 @@ VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("policy-regret", help="Regret of policies vs the best arm.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Regret of policies vs the best arm.")
     parser.add_argument("--horizons", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.set_defaults(func=run)
+    return parser
 
 
 def regret_per_step(
@@ -69,3 +73,11 @@ def run(args: argparse.Namespace) -> int:
             cells.append(f"{statistics.fmean(values):10.4f}")
         print(f"{label:<17} " + " ".join(cells))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

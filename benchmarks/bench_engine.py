@@ -1,6 +1,6 @@
 """Engine benchmarks (docs/benchmarks.md, section "Engine"), one run, side by side.
 
-    python loadtest/bench_engine.py --out docs/bench-engine.json
+    python benchmarks/bench_engine.py --out benchmarks/results/bench-engine.json
 
 Three parts, all on the generated pair (s=0.05 recipe, 79M target, 1-layer
 draft, bf16), greedy, ``--max-tokens`` output tokens per request, random
@@ -31,7 +31,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batch
@@ -62,7 +62,7 @@ E2E_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="docs/bench-engine.json")
+    p.add_argument("--out", default="benchmarks/results/bench-engine.json")
     p.add_argument("--pair-dir", default=str(Path.home() / ".cache/nightjar-ray/pairs/bench-s0.05"))
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=32)
@@ -215,7 +215,7 @@ def bench_overhead(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_skip(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
-    def off(sync: str) -> dict[str, Any]:
+    def off(sync: Literal["catch-up", "stock"]) -> dict[str, Any]:
         return {"nightjar": NightjarConfig(policy="off", gamma_max=4, draft_sync=sync)}
 
     engines = {"plain": {}, "true-skip": off("catch-up"), "stock-k0": off("stock")}
@@ -312,6 +312,7 @@ def main() -> None:
     parts = set(args.parts.split(","))
     out: dict[str, Any] = {"args": vars(args)}
     out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     for part, fn in (("overhead", bench_overhead), ("skip", bench_skip), ("e2e", bench_e2e)):
         if part in parts:
             out[part] = fn(pair, args)

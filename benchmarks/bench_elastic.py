@@ -1,6 +1,6 @@
 """Elastic memory under KV pressure (docs/benchmarks.md), one run, side by side.
 
-    python loadtest/bench_elastic.py --out docs/bench-elastic.json
+    python benchmarks/bench_elastic.py --out benchmarks/results/bench-elastic.json
 
 A burst of ``--requests`` long requests (prompts of ``--prompt-tokens``, ``--max-tokens``
 out each, all arriving at once) on a KV budget too small to run them together
@@ -37,12 +37,14 @@ CONTENDERS = ("base", "base (A/A)", "elastic")
 def _config(label: str, args: argparse.Namespace, log: Path) -> NightjarConfig:
     elastic = {"enabled": True} if label == "elastic" else {}
     params = {"gamma": args.fixed_gamma} if args.policy == "fixed" else {}
-    return NightjarConfig(
-        gamma_max=args.gamma_max,
-        policy=args.policy,
-        policy_params=params,
-        decision_log_path=str(log),
-        elastic_memory=elastic,
+    return NightjarConfig.model_validate(
+        {
+            "gamma_max": args.gamma_max,
+            "policy": args.policy,
+            "policy_params": params,
+            "decision_log_path": str(log),
+            "elastic_memory": elastic,
+        }
     )
 
 
@@ -50,7 +52,9 @@ def _steps(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def run_one(label: str, pair: Any, prompts: list[list[int]], args: argparse.Namespace) -> dict:
+def run_one(
+    label: str, pair: Any, prompts: list[list[int]], args: argparse.Namespace
+) -> dict[str, Any]:
     engine = {
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
@@ -99,7 +103,7 @@ def _event_times(before: dict[str, Any], after: dict[str, Any]) -> dict[str, flo
     n_off = d1.get("num_offloads", 0) - d0.get("num_offloads", 0)
     n_rel = d1.get("num_reloads", 0) - d0.get("num_reloads", 0)
 
-    def mean(d_after: dict, d_before: dict, key: str, n: int) -> float:
+    def mean(d_after: dict[str, Any], d_before: dict[str, Any], key: str, n: int) -> float:
         return (d_after.get(key, 0.0) - d_before.get(key, 0.0)) / n if n else 0.0
 
     return {
@@ -126,11 +130,12 @@ def main() -> None:
             runs[label].append(run_one(label, pair, prompts, args))
             print(label, {k: v for k, v in runs[label][-1].items() if k != "token_ids"})
     report = summarize(runs, args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["summary"], indent=2))
 
 
-def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict:
+def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
     base = runs["base"]
     summary: dict[str, Any] = {}
     for label in CONTENDERS[1:]:
@@ -157,7 +162,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="docs/bench-elastic.json")
+    p.add_argument("--out", default="benchmarks/results/bench-elastic.json")
     p.add_argument("--pair", choices=["tiny", "default"], default="tiny")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--pair-dir", default=str(Path(tempfile.gettempdir()) / "nightjar-pairs"))

@@ -2,7 +2,7 @@
 (docs/benchmarks.md, "The L20 trace cell"): the check that keeps a change to the offload
 rule from winning the suite by losing long-output traffic past capacity.
 
-    python loadtest/sim_overload.py --setting l20x2-32b --mix long-output --loads 1.2,1.5,2.0
+    python benchmarks/sim_overload.py --setting l20x2-32b --mix long-output --loads 1.2,1.5,2.0
 
 For every load (a multiple of the setting's ``capacity_qps`` for the mix) and seed, a
 Poisson stream of about ``--requests`` requests runs under ``nightjar`` (defaults, elastic

@@ -1,4 +1,6 @@
-"""``nightjar-ray policy-table``: every policy on recorded CPU step costs.
+"""Every policy on recorded CPU step costs.
+
+    python benchmarks/policy_table.py [--tokens-per-phase 20000] [--rounds 3] [--seed 0]
 
 Runs every policy against the recorded CPU environment
 (``nightjar_ray.sim.envs.measured_cpu_env``): a load sequence that moves
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 from nightjar_ray.policy import build_policy
@@ -32,14 +36,14 @@ DEMO_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
 BATCHES = (1, 4, 16, 48)
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "policy-table", help="Every policy on recorded CPU step costs (no engine, seconds)."
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Every policy on recorded CPU step costs (no engine, seconds)."
     )
     parser.add_argument("--tokens-per-phase", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3, help="Times the 1/4/16/48 cycle repeats.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(func=run)
+    return parser
 
 
 def per_batch(results: list[LoopResult]) -> dict[int, float]:
@@ -64,3 +68,11 @@ def run(args: argparse.Namespace) -> int:
         cells = " ".join(f"{base[b] / seconds[b]:7.3f}" for b in BATCHES)
         print(f"{label:<12} {cells}   {sum(base.values()) / sum(seconds.values()):7.3f}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,7 +9,7 @@ import random
 import subprocess
 import sys
 
-from tests.loadgen.scripts import load_script
+from benchmarks import mem_drift as tool
 
 
 def _shape(
@@ -20,7 +20,6 @@ def _shape(
 
 
 def test_fixed_stream_has_one_shape_and_fresh_prompts() -> None:
-    tool = load_script("mem_drift")
     rng = random.Random(0)
     batches = [tool.next_batch(rng, True) for _ in range(50)]
     assert {_shape(b) for b in batches} == {(4, (64,) * 4, (32,) * 4)}
@@ -29,7 +28,6 @@ def test_fixed_stream_has_one_shape_and_fresh_prompts() -> None:
 
 
 def test_varying_stream_is_seeded_and_varies_every_dimension() -> None:
-    tool = load_script("mem_drift")
     assert tool.next_batch(random.Random(3), False) == tool.next_batch(random.Random(3), False)
     rng = random.Random(0)
     shapes = [_shape(tool.next_batch(rng, False)) for _ in range(200)]
@@ -39,7 +37,6 @@ def test_varying_stream_is_seeded_and_varies_every_dimension() -> None:
 
 
 def test_rss_sampler_includes_children() -> None:
-    tool = load_script("mem_drift")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         rss = tool.tree_rss_bytes(os.getpid())

@@ -1,4 +1,4 @@
-"""``loadtest/sim_overload.py``: nightjar against the statics under overload, per seed."""
+"""``benchmarks/sim_overload.py``: nightjar against the statics under overload, per seed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.loadgen.scripts import load_script
+from benchmarks import sim_overload as tool
 
 
 def _match(pattern: str, line: str) -> re.Match[str]:
@@ -19,7 +19,6 @@ def _match(pattern: str, line: str) -> re.Match[str]:
 def test_sim_overload_prints_each_seed_and_the_worst(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    tool = load_script("sim_overload")
     argv = ["sim_overload", "--setting", "rtx4090-7b", "--loads", "1.5", "--seeds", "2"]
     monkeypatch.setattr(sys, "argv", [*argv, "--requests", "30", "--jobs", "1"])
     tool.main()
@@ -33,7 +32,6 @@ def test_sim_overload_prints_each_seed_and_the_worst(
 
 
 def test_sim_overload_refuses_no_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
-    tool = load_script("sim_overload")
     monkeypatch.setattr(sys, "argv", ["sim_overload", "--seeds", "0"])
     with pytest.raises(SystemExit, match="--seeds"):
         tool.main()

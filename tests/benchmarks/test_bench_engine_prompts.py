@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from tests.loadgen.scripts import load_script
+from benchmarks import bench_engine as bench
 
 
 def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
-    bench = load_script("bench_engine")
     args = argparse.Namespace(
         prompt_tokens=16, prompt_tokens_max=32, max_tokens=8, max_tokens_min=4
     )
@@ -33,6 +32,5 @@ def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
 def test_dtype_reaches_every_engine_of_the_run() -> None:
     """``--dtype`` was once parsed and never passed on, so "float32" runs computed in the
     pair's bfloat16 (docs/benchmarks.md, "Lossless on AMX CPUs")."""
-    bench = load_script("bench_engine")
     assert bench.engine_overrides(argparse.Namespace(dtype="float32")) == {"dtype": "float32"}
     assert bench.engine_overrides(argparse.Namespace(dtype=None)) == {}

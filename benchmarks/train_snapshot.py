@@ -1,6 +1,6 @@
 """Warm-start snapshot for an engine policy, learned on the recorded CPU step costs.
 
-    python loadtest/train_snapshot.py --out /tmp/nightjar-warm.json --steps-per-batch 100000
+    python benchmarks/train_snapshot.py --out /tmp/nightjar-warm.json --steps-per-batch 100000
 
 Runs the policy against ``nightjar_ray.sim.envs.measured_cpu_env`` (the s=0.05
 pair's measured tok/s per batch size and gamma) for ``--steps-per-batch`` steps
@@ -37,6 +37,7 @@ def main() -> None:
     rng = random.Random(args.seed + 2)
     for _ in range(args.steps_per_batch * len(batches)):
         loop.step(rng.choice(batches))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(policy.snapshot()))
     tail = loop.gammas[-len(batches) * 1000 :]
     print(

@@ -1,4 +1,6 @@
-"""``nightjar-ray bench-policy``: cost of one policy step (choose + observe).
+"""Cost of one policy step, choose + observe.
+
+    python benchmarks/bench_policy.py [--steps 200000] [--max-batch 64] [--policies nightjar off]
 
 Each step is timed on its own with ``perf_counter_ns``, next to a plain dict
 lookup timed the same way in the same run (the timer's own cost is in both).
@@ -11,19 +13,20 @@ import argparse
 import gc
 import random
 import statistics
+import sys
 import time
-from typing import Any
+from collections.abc import Sequence
 
 from nightjar_ray.policy import StepResult, build_policy, policy_names
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench-policy", help="Time choose+observe per step.")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Time choose+observe per step.")
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--policies", nargs="*", default=["nightjar", *policy_names()])
     parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(func=run)
+    return parser
 
 
 def percentile(sorted_ns: list[int], q: float) -> float:
@@ -75,3 +78,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         gc.enable()
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

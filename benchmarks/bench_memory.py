@@ -1,6 +1,6 @@
 """Elastic-memory benchmarks (docs/benchmarks.md, "Elastic memory"), one run, side by side.
 
-    python loadtest/bench_memory.py --out docs/bench-memory.json
+    python benchmarks/bench_memory.py --out benchmarks/results/bench-memory.json
 
 1. migration: moving ``--moves`` KV blocks of KV-shaped pages (default: the 7B
    setting, 32 layers x 16 tokens x 32 KV heads x 128 x K/V in fp16 = 256 KiB per
@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def bench_migration(args: argparse.Namespace) -> dict[str, Any]:
         fn()
         return time.perf_counter() - t0
 
-    contenders = {
+    contenders: dict[str, Callable[[], object]] = {
         "torch mover": lambda: move_blocks_torch(arena.layout, arena.buffer, moves),
         "plain copy": lambda: dst.copy_(src),
         "plain copy (A/A)": lambda: dst.copy_(src),
@@ -119,6 +120,7 @@ def main() -> None:
     text = json.dumps(result, indent=1)
     print(text)
     if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
 
 

@@ -1,8 +1,8 @@
 """Worker RSS drift of one offline engine under a seeded request stream (docs/benchmarks.md,
 "Where the soak's memory growth comes from").
 
-    python loadtest/mem_drift.py --mode nightjar --minutes 20 --out drift-nightjar.jsonl
-    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python loadtest/mem_drift.py ...
+    python benchmarks/mem_drift.py --mode nightjar --out benchmarks/results/drift-nightjar.jsonl
+    LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python benchmarks/mem_drift.py ...
 
 Modes: ``nightjar`` (defaults), ``off`` (nightjar's scheduler and worker, the draft never
 runs), ``plain`` (vLLM without speculation), ``stock2`` (vLLM's own speculation, 2 tokens).
@@ -77,6 +77,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="JSONL of samples.")
     args = p.parse_args()
     rng = random.Random(args.seed)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with engine(args.mode) as llm, args.out.open("w") as out:
         t0, last_s, num_reqs = time.time(), float("-inf"), 0
         while time.time() - t0 < args.minutes * 60:

@@ -1,6 +1,6 @@
 """bfloat16 versus float32 matmuls on this CPU, for the default pair's layer shapes.
 
-    python loadtest/bench_dtype.py [--threads 1] [--rounds 5]
+    python benchmarks/bench_dtype.py [--threads 1] [--rounds 5]
 
 Why the CPU demo serves in float32 (docs/serve.md, "Model dtype on CPU"): on a CPU without
 AVX512-BF16 or AMX, PyTorch's bfloat16 matmul falls back to a dot-product loop
