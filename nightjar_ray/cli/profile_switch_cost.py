@@ -3,7 +3,8 @@
 Starts one vLLM engine on the target/draft pair (``--target/--draft``, or a
 generated pair), runs the grid (see ``nightjar_ray.engine.profiler``) and
 writes ``max_skip_tokens,num_reqs,switch_cost_ms`` rows, the profile that
-``NightjarConfig(switch_cost_profile=PATH)`` feeds to the nightjar policy.
+``NightjarConfig(switch_cost_profile=PATH)`` feeds to the nightjar presets (only
+``nightjar-paper`` weighs it; the default preset's switch weight is 0).
 """
 
 from __future__ import annotations

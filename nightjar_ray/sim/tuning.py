@@ -1,6 +1,6 @@
 """Sweeps that choose Nightjar's defaults in simulation (tau_low, T_persist, bucketing).
 
-Each variant changes one knob from the defaults (``RunKnobs()``, ``NightjarPolicyConfig()``)
+Each variant changes one knob from the defaults (``RunKnobs()``, ``NightjarParams()``)
 and reports nightjar's throughput as a ratio to ``off`` on the same workload.
 """
 
