@@ -35,7 +35,9 @@ from typing import Any, Literal
 
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batch
+from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.models.pair import ModelPair, PairSpec, generate_pair
+from nightjar_ray.policy import PRESETS
 
 BATCHES = (1, 4, 16, 48)
 SKIP_BATCHES = (1, 16, 48)
@@ -228,9 +230,12 @@ def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfi
     learns = name == "nightjar"
     params = dict(params)
     snapshot = params.pop("policy_snapshot", None)
+    # NOTE: a nightjar preset's parameters are research overrides, not policy_params.
+    preset = name in PRESETS
     return NightjarConfig(
         policy=name,
-        policy_params=params,
+        policy_params={} if preset else params,
+        testing=TestingConfig(policy_overrides=params if preset else {}),
         policy_snapshot=snapshot,
         gamma_max=4,
         switch_cost_profile=args.profile if learns else None,

@@ -12,7 +12,7 @@ the draft running minus without it, over a grid of lengths and batch sizes.
 In this engine that difference *is* the draft catch-up forward, so this times
 the catch-up itself, in the real engine, on the real code path:
 
-    engine: NightjarConfig(policy="cyclic", gammas=[0, 0, 0, 0, 1])
+    engine: NightjarConfig(testing={forced_gammas: [0, 0, 0, 0, 1]})
     for each (L, B), repeated:
       submit B fresh random prompts of exactly L tokens (max_tokens=12)
         gamma=0 steps: target prefill (and a few decodes); draft skipped
@@ -39,14 +39,14 @@ from typing import Any
 
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prompts, run_batch
+from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair, PairSpec, generate_pair
 from nightjar_ray.policy import SwitchCostTable
 
 PROFILE_CONFIG = NightjarConfig(
-    policy="cyclic",
-    policy_params={"gammas": [0, 0, 0, 0, 1], "steps_per_gamma": 1},
     gamma_max=1,
     draft_sync="catch-up",
+    testing=TestingConfig(forced_gammas=[0, 0, 0, 0, 1], forced_steps_per_gamma=1),
 )
 """The engine configuration the profiler needs (four gamma=0 steps, one gamma=1)."""
 

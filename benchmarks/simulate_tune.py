@@ -5,7 +5,7 @@
 It takes the workload flags of ``nightjar-ray simulate run`` (``--dataset``,
 ``--num-requests``, ``--seed``, ...).
 
-Each variant changes one knob from the defaults (``RunKnobs()``, ``NightjarPolicyConfig()``)
+Each variant changes one knob from the defaults (``RunKnobs()``, ``NightjarParams()``)
 and reports nightjar's throughput as a ratio to ``off`` on the same workload, one table row
 per Poisson load (default: the 2nd, 4th and last of the setting's sweep).
 """

@@ -25,7 +25,7 @@ APP = "chaos"
 SCENARIOS = ("actor-kill", "replica-kill", "memory")
 MEMORY_CHAOS: dict[str, Any] = {
     "engine_kwargs": {"block_size": 32, "kv_cache_memory_bytes": 6_000_000},
-    "elastic_memory": {
+    "testing": {
         "chaos_offload_steps": 8,
         "chaos_cycle_steps": 3,
         "chaos_region_blocks": 32,
@@ -67,7 +67,7 @@ def _deploy(
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     if memory_chaos:
         app_args["engine_kwargs"].update(MEMORY_CHAOS["engine_kwargs"])
-        app_args["nightjar"]["elastic_memory"] = MEMORY_CHAOS["elastic_memory"]
+        app_args["nightjar"]["testing"] = MEMORY_CHAOS["testing"]
     route = "/" if name == APP else f"/{name}"
     print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
     serve.run(build_app(app_args), name=name, route_prefix=route)

@@ -154,7 +154,7 @@ class NightjarScheduler(Scheduler):
         self.compaction = self._build_compaction()
         elastic = cfg.elastic_memory
         speculates = self.num_spec_tokens > 0
-        steps = elastic.chaos_offload_steps
+        steps = cfg.testing.chaos_offload_steps
         self.draft_cycle = DraftCycle(steps) if steps and speculates else None
         block_pool = self.kv_cache_manager.block_pool
         self.memory_controller = (
@@ -170,7 +170,7 @@ class NightjarScheduler(Scheduler):
         )
 
     def _build_compaction(self) -> CompactionCycle | None:
-        cfg = self.nightjar_config.elastic_memory
+        cfg = self.nightjar_config.testing
         if cfg.chaos_cycle_steps is None:
             return None
         pool = self.kv_cache_manager.block_pool

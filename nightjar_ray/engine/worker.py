@@ -38,9 +38,8 @@ class _NightjarWorkerMixin:
         """Before loading: if the draft may be offloaded, keep the weights vLLM's CPU
         backend prepacks and drops while the drafter loads (``draft_prepack.py``)."""
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
-        elastic = config.elastic_memory
         drafter = getattr(self.model_runner, "drafter", None)
-        if (elastic.enabled or elastic.chaos_offload_steps) and hasattr(drafter, "load_model"):
+        if config.offloads_draft and hasattr(drafter, "load_model"):
             self._prepack = PrepackCapture()
             self._prepack.wrap_drafter(drafter)
 
@@ -48,10 +47,14 @@ class _NightjarWorkerMixin:
         if self.vllm_config.speculative_config is None:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
-        self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
-        if config.elastic_memory.any_enabled:
+        self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync_mode)
+        if config.moves_memory:
             self._memory = WorkerMemory(
-                self.model_runner, config.elastic_memory, self._nightjar_sync, self._prepack
+                self.model_runner,
+                config.elastic_memory,
+                self._nightjar_sync,
+                self._prepack,
+                config.testing,
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

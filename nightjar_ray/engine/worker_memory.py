@@ -25,6 +25,7 @@ from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import kv_layer_order, num_max_blocks, rebind_kv_to_arena
 from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
+from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
 
@@ -38,7 +39,9 @@ class WorkerMemory:
         config: ElasticMemoryConfig,
         sync: DraftSync,
         prepack: PrepackCapture | None = None,
+        testing: TestingConfig | None = None,
     ) -> None:
+        testing = testing or TestingConfig()
         self.runner = model_runner
         self.sync = sync
         self.mover = build_block_mover(config.block_mover)
@@ -53,15 +56,15 @@ class WorkerMemory:
         """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
         self.offloader: DraftOffloader | None = None
-        if (config.enabled or config.chaos_offload_steps) and hasattr(drafter, "model"):
+        if (config.enabled or testing.chaos_offload_steps) and hasattr(drafter, "model"):
             self.offloader = DraftOffloader(
                 drafter.model,
                 model_runner.model,
-                verify=config.self_check,
-                reload_delay_s=config.chaos_reload_delay_s,
+                verify=testing.self_check,
+                reload_delay_s=testing.chaos_reload_delay_s,
                 prepack=prepack,
             )
-        self.self_check = config.self_check
+        self.self_check = testing.self_check
         self.peak_committed_bytes = 0
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0

@@ -10,7 +10,7 @@ Two drivers that exercise elastic memory's paths on a fixed schedule instead of 
 ``cycle_steps`` steps it gives the top ``region_blocks`` ids back (moving live blocks
 below the boundary; refused and retried next step when they do not fit) and
 ``cycle_steps`` steps later hands them out again. It is the contraction path of elastic
-memory exercised on purpose (``ElasticMemoryConfig.chaos_cycle_steps``): tests check that
+memory exercised on purpose (``TestingConfig.chaos_cycle_steps``): tests check that
 greedy outputs do not change and that no block is lost, and chaos runs do the same under
 real traffic.
 

@@ -73,8 +73,8 @@ from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn
-from nightjar_ray.policy.config import NightjarPolicyConfig
 from nightjar_ray.policy.factored import REQS_TABLE, PooledTokens
+from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
@@ -116,7 +116,7 @@ class NightjarPolicy(Policy):
 
     def __init__(
         self,
-        config: NightjarPolicyConfig,
+        config: NightjarParams,
         rng: random.Random,
         switch_cost: SwitchCostTable | None = None,
     ) -> None:
@@ -330,7 +330,7 @@ class NightjarPolicy(Policy):
 
 
 class NightjarPaperPolicy(NightjarPolicy):
-    """The paper's exact Algorithm 1 (``nightjar-paper``; see ``NightjarPaperPolicyConfig``).
+    """The paper's exact Algorithm 1 (preset ``nightjar-paper`` in ``policy/presets.py``).
 
     Its own name keeps its statistics apart: step-mean and token-weighted tables do not
     merge into one mean.

@@ -82,8 +82,8 @@ def default_contenders(
 ) -> list[Contender]:
     """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
 
-    Adaptive policies choose among 0..``gamma_max``; nightjar runs the policy package's
-    defaults (``NightjarPolicyConfig``, the engine's too) overridden by ``nightjar_params``.
+    Adaptive policies choose among 0..``gamma_max``; nightjar runs the ``nightjar`` preset
+    (``NightjarParams``, the engine's too) overridden by ``nightjar_params``.
     """
     g = {"gamma_max": gamma_max}
     nightjar = {**g, **(nightjar_params or {})}
@@ -171,7 +171,7 @@ def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
     policy = build_policy(c.policy, c.params, rng=rng)
     if isinstance(policy, NightjarPolicy):
         config = policy.config
-        if config.switch_cost_profile is None and config.switch_cost_ms == 0.0:
+        if config.switch_cost_ms == 0.0:
             return type(policy)(config, rng, simulated_switch_cost(setting))
     return policy
 

@@ -60,7 +60,7 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
         policy="fixed",
         policy_params={"gamma": 3},
         decision_log_path=str(log),
-        elastic_memory={
+        testing={
             "chaos_offload_steps": 5,
             "chaos_cycle_steps": 2,
             "chaos_region_blocks": 8,
@@ -105,7 +105,7 @@ def test_a_prepacked_draft_is_offloaded_and_packed_again_losslessly(
         gamma_max=3,
         policy="fixed",
         policy_params={"gamma": 3},
-        elastic_memory={"chaos_offload_steps": 4, "self_check": True},
+        testing={"chaos_offload_steps": 4, "self_check": True},
     )
     with offline_engine(copy_pair, config, **engine) as llm:
         outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
@@ -120,15 +120,11 @@ def test_a_prepacked_draft_is_offloaded_and_packed_again_losslessly(
     assert acceptance >= 0.9  # the re-packed draft still proposes the target's tokens
 
 
-ELASTIC = {
-    "enabled": True,
-    "expand_persist_steps": 2,
-    "contract_persist_steps": 2,
-    "chaos_reload_delay_s": 0.1,
-    "self_check": True,
-}
-"""The controller with short persistence (a small test) and a reload held 0.1 s in its
-background thread, so that steps run (and requests arrive) while the draft loads."""
+ELASTIC = {"enabled": True, "expand_persist_steps": 2, "contract_persist_steps": 2}
+CHECKED = {"chaos_reload_delay_s": 0.1, "self_check": True}
+"""``ELASTIC``: the controller with short persistence (a small test); ``CHECKED`` (testing):
+every reload held 0.1 s in its background thread, so that steps run (and requests arrive)
+while the draft loads, and checked against the weights' digest."""
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +138,9 @@ def elastic_engine(
     log = tmp_path_factory.mktemp("elastic") / "decisions.jsonl"
     config = NightjarConfig(
         gamma_max=3,
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 6},
         decision_log_path=str(log),
         elastic_memory=ELASTIC,
+        testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 6, **CHECKED},
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
         llm.nightjar_log = log
@@ -234,7 +229,11 @@ def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
     the policy is speculating, the paper's condition (1) does not hold. Lossless."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3, policy="nightjar", decision_log_path=str(log), elastic_memory=ELASTIC
+        gamma_max=3,
+        policy="nightjar",
+        decision_log_path=str(log),
+        elastic_memory=ELASTIC,
+        testing=CHECKED,
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
         out = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids

@@ -23,7 +23,7 @@ def test_tp2_ranks_agree_and_stay_lossless(
     with offline_engine(copy_pair, None, **TP2) as llm:
         reference = run_batch(llm, prompts[:4], 40).token_ids
     config = NightjarConfig(
-        policy="cyclic", policy_params={"gammas": [0, 3], "steps_per_gamma": 3}, gamma_max=3
+        testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 3}, gamma_max=3
     )
     spec_extra = {"draft_tensor_parallel_size": 2}
     with offline_engine(copy_pair, config, spec_extra=spec_extra, **TP2) as llm:

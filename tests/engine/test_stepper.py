@@ -7,7 +7,7 @@ import pytest
 
 from nightjar_ray.driver.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
 from nightjar_ray.driver.step_driver import StepBatch, StepDriver
-from nightjar_ray.policy import Policy, StepResult, build_policy
+from nightjar_ray.policy import ForcedSchedulePolicy, Policy, StepResult, build_policy
 
 
 class FakeClock:
@@ -46,7 +46,11 @@ class Recorder:
 def make(
     name: str, params: dict[str, object], **kw: object
 ) -> tuple[StepDriver, Recorder, FakeClock]:
-    rec = Recorder(build_policy(name, params, rng=random.Random(0)))
+    if name == "forced":  # the testing seam's schedule, not a registered policy
+        policy: Policy = ForcedSchedulePolicy(**params)  # type: ignore[arg-type]
+    else:
+        policy = build_policy(name, params, rng=random.Random(0))
+    rec = Recorder(policy)
     clock = FakeClock()
     stepper = StepDriver(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
     return stepper, rec, clock
@@ -68,14 +72,14 @@ def test_batch_size_counts_decodes_not_prefills() -> None:
 
 
 def test_no_sampling_request_keeps_previous_gamma_without_asking() -> None:
-    stepper, rec, _ = make("cyclic", {"gammas": [3, 0], "steps_per_gamma": 1, "gamma_max": 4})
+    stepper, rec, _ = make("forced", {"gammas": [3, 0], "steps_per_gamma": 1, "gamma_max": 4})
     assert stepper.on_schedule(decode(2), 0.0) == 3
     assert stepper.on_schedule(StepBatch(0, 0, 1, 0), 0.0) == 3
     assert len(rec.chosen) == 1
 
 
 def test_only_steady_steps_are_observed_with_the_verified_gamma() -> None:
-    stepper, rec, clock = make("cyclic", {"gammas": [0, 3], "steps_per_gamma": 2, "gamma_max": 4})
+    stepper, rec, clock = make("forced", {"gammas": [0, 3], "steps_per_gamma": 2, "gamma_max": 4})
     gammas = []
     for _t in range(6):
         gammas.append(stepper.on_schedule(decode(2), clock.now))
@@ -154,7 +158,7 @@ def test_steps_carrying_prefill_follow_the_observation_rule() -> None:
 
 def test_telemetry_counts_every_step_by_gamma_switches_and_observed_goodput() -> None:
     gammas = [0, 0, 2, 2, 0, 3, 3, 3]
-    stepper, _, clock = make("cyclic", {"gammas": gammas, "steps_per_gamma": 1, "gamma_max": 4})
+    stepper, _, clock = make("forced", {"gammas": gammas, "steps_per_gamma": 1, "gamma_max": 4})
     for _ in gammas:
         stepper.on_schedule(decode(3), clock.now)
         clock.now += 0.01

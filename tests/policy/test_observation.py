@@ -14,8 +14,9 @@ from nightjar_ray.driver.observation import (
 )
 from nightjar_ray.driver.step_driver import StepBatch, StepDriver
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.policy import build_policy
-from nightjar_ray.policy.config import NightjarPolicyConfig
+from nightjar_ray.policy import StepResult, build_policy, policy_config
+from nightjar_ray.policy.forced import ForcedSchedulePolicy
+from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.sim import server as sim_server
 from nightjar_ray.sim.experiments import RunKnobs, default_contenders
 
@@ -47,8 +48,27 @@ def test_engine_and_simulator_run_the_same_step_driver_with_the_same_default() -
 
 def test_defaults_are_one_config_in_engine_and_simulator() -> None:
     nightjar = next(c for c in default_contenders() if c.label == "nightjar")
-    simulated = NightjarPolicyConfig.model_validate(nightjar.params)
-    assert NightjarConfig().policy_config() == simulated == NightjarPolicyConfig()
+    simulated = NightjarParams.model_validate(nightjar.params)
+    assert NightjarConfig().policy_config() == simulated == NightjarParams()
+
+
+@pytest.mark.parametrize("preset", ["nightjar", "nightjar-paper"])
+def test_research_overrides_build_the_same_policy_in_engine_and_simulator(preset: str) -> None:
+    """The simulator's --nightjar-params and the engine's testing.policy_overrides build one
+    parameter object, so both policies play the same gammas from the same seed."""
+    overrides = {"bucketing": "exact", "explore_bin_steps": 3, "switch_cost_ms": 2.0}
+    engine = NightjarConfig(policy=preset, seed=7, testing={"policy_overrides": overrides})
+    simulated = policy_config(preset, {"gamma_max": 4, **overrides})
+    assert engine.policy_config() == simulated
+    a, b = engine.build_policy(), build_policy(preset, simulated, rng=random.Random(7))
+    assert type(a) is type(b)
+    for step in range(300):
+        num_reqs = 1 + step % 9
+        gamma = a.choose(num_reqs, step % 50)
+        assert gamma == b.choose(num_reqs, step % 50)
+        result = StepResult(num_reqs, gamma, num_reqs * (1 + gamma), 0.01 + 0.002 * gamma)
+        a.observe(result)
+        b.observe(result)
 
 
 def _step(gamma: int, num_prefill_tokens: int, num_reqs: int = 4) -> StepSample:
@@ -100,11 +120,7 @@ def test_uncalibrated_rule_skips_mixed_steps_and_transitions_are_never_samples()
 def test_engine_stepper_learns_corrected_times_from_its_own_steps() -> None:
     """The engine path end to end: gamma=0 steps price the target's prefill, then a gamma=2
     step with prefill chunks is observed with the draft's prefill still in it."""
-    policy = build_policy(
-        "cyclic",
-        {"gammas": [0] * 40 + [2] * 40, "steps_per_gamma": 1, "gamma_max": 4},
-        rng=random.Random(0),
-    )
+    policy = ForcedSchedulePolicy([0] * 40 + [2] * 40, steps_per_gamma=1, gamma_max=4)
     seen: list[float] = []
     real_observe = policy.observe
     policy.observe = lambda r: (seen.append(r.duration_s), real_observe(r))[1]  # type: ignore[method-assign]
