@@ -28,7 +28,7 @@ from nightjar_ray.sim.experiments import (
 from nightjar_ray.sim.metrics import summarize
 from nightjar_ray.sim.presets import Setting, get_setting
 from nightjar_ray.sim.scenario import build_workload
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 
 
 @dataclass(frozen=True)

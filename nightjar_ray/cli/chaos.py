@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from dataclasses import asdict
@@ -128,7 +127,6 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.cli.demo import MODEL_ID
     from nightjar_ray.loadgen.chaos import chaos_requests, run_chaos
 
@@ -141,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     report, run_result = run_chaos(
         args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s
     )
-    late = [r.index for r in run_result.records if not r.ok and r.start_s > report.fault_at_s + 1.0]
+    late = [r.req_id for r in run_result.records if not r.ok and r.sent_s > report.fault_at_s + 1.0]
     out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
     if args.scenario == "memory":
         from nightjar_ray.cli import faults

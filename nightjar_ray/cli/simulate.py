@@ -13,14 +13,17 @@ import argparse
 import csv
 import json
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from nightjar_ray.cli.simulate_suite import (
     add_length_scale,
     add_policy_seed_offset,
     add_suite_parser,
+    add_trace,
     check_length_scale,
     parse_seeds,
+    trace_or_exit,
 )
 from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import (
@@ -45,7 +48,8 @@ from nightjar_ray.sim.report import (
 )
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
 from nightjar_ray.sim.suite import SUITE, suite_workload
-from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.trace import TRACE_ATTRIBUTION
 
 
 def register(subparsers: Any) -> None:
@@ -108,7 +112,7 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
     p.add_argument("--num-requests", type=int, default=480)
-    p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Azure trace CSV path.")
+    add_trace(p)
     p.add_argument("--trace-start-s", type=float, default=0.0, help="Window start (s).")
     p.add_argument("--trace-duration-s", type=float, default=3600.0, help="Window length (s).")
     p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
@@ -186,7 +190,7 @@ def workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> Wo
 
 
 def run_one(args: argparse.Namespace) -> int:
-    cfg = _scenario_from_args(args)
+    cfg = _with_trace(_scenario_from_args(args), args)
     setting = get_setting(cfg.setting)
     workload = build_workload(cfg.workload, setting, cfg.dataset, cfg.seed)
     contender = next(
@@ -203,6 +207,16 @@ def run_one(args: argparse.Namespace) -> int:
     if cfg.workload.arrival == "trace":
         print(f"Trace: {TRACE_ATTRIBUTION}")
     return 0
+
+
+def _with_trace(cfg: ScenarioConfig, args: argparse.Namespace) -> ScenarioConfig:
+    """``cfg`` with the trace a trace workload replays: the scenario's ``trace_path``, else
+    ``--trace``, else ``$NIGHTJAR_TRACE``; exits with a clear message when none is a file."""
+    if cfg.workload.arrival != "trace":
+        return cfg
+    path = trace_or_exit("simulate run", cfg.workload.trace_path or args.trace)
+    workload = cfg.workload.model_copy(update={"trace_path": str(path)})
+    return cfg.model_copy(update={"workload": workload})
 
 
 def write_timeline(result: SimResult, path: str) -> None:
@@ -269,6 +283,9 @@ def compare(args: argparse.Namespace) -> int:
     check_length_scale(args.length_scale)
     if args.length_scale != 1 and not args.workloads:
         raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
+    workloads = args.workloads.split(",") if args.workloads else None
+    if (workloads is None and not args.no_trace) or "trace" in (workloads or ()):
+        args.trace = str(trace_or_exit("simulate compare", args.trace))
     setting = get_setting(args.setting)
     contenders = _contenders(args, setting)
     labels = [c.label for c in contenders]
@@ -308,7 +325,10 @@ def _compare_workloads(
     out: list[tuple[str, tuple[RequestSpec, ...]]] = []
     if args.workloads:
         scale = args.length_scale
-        return [(w, suite_workload(w, setting, seed, scale)) for w in args.workloads.split(",")]
+        trace = None if args.trace is None else Path(args.trace)
+        return [
+            (w, suite_workload(w, setting, seed, scale, trace)) for w in args.workloads.split(",")
+        ]
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from nightjar_ray.driver.observation import OBSERVATION_RULES
@@ -21,6 +23,7 @@ from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
 from nightjar_ray.sim.suite import MAX_LENGTH_SCALE, SUITE
 from nightjar_ray.sim.suite_report import run_suite, suite_table, suite_totals
+from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
 
 def add_suite_parser(sub: Any) -> None:
@@ -54,8 +57,27 @@ def add_suite_parser(sub: Any) -> None:
     )
     add_length_scale(p)
     add_policy_seed_offset(p)
+    add_trace(p)
     p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
     p.set_defaults(func=run)
+
+
+def add_trace(p: argparse.ArgumentParser) -> None:
+    """``--trace``: the Azure-format trace CSV a trace workload replays (run, compare, suite)."""
+    p.add_argument(
+        "--trace",
+        default=None,
+        help=f"Azure-format trace CSV for the trace workload (default: ${TRACE_ENV}).",
+    )
+
+
+def trace_or_exit(command: str, given: str | None) -> Path:
+    """The trace to replay (``given``, else ``$NIGHTJAR_TRACE``), or an exit that says how
+    to name one."""
+    try:
+        return resolve_trace(given, os.environ)
+    except ValueError as e:
+        raise SystemExit(f"nightjar-ray {command}: {e}") from None
 
 
 def add_policy_seed_offset(p: argparse.ArgumentParser) -> None:
@@ -131,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
+    trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
         knob_args["observed_time"] = args.observed_time
@@ -147,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         args.jobs,
         args.with_batch_oracle,
         args.length_scale,
+        trace,
     )
     judged = ("nightjar", "nightjar-paper", "nightjar-warm")
     labels = [c.label for c in contenders if c.label in judged]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightjar_ray.loadgen.client import RunResult, run_open_loop
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 
 PROCESS_KINDS: dict[str, str] = {
     "ray::ServeReplica": "serve_replica",

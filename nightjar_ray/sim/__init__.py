@@ -6,7 +6,7 @@ Imports ``nightjar_ray.policy``, never ``nightjar_ray.engine``. Modules::
     hardware        GPU profiles, model shapes, memory plan (KV blocks, N_draft)
     roofline        forward-pass cost;  step_cost: one engine step (draft + verify + prefill)
     acceptance      per-request acceptance processes
-    workload        Poisson / gamma arrivals, Azure trace replay
+    workload        request lengths, synthetic workloads, trace windows (nightjar_ray.workload)
     kv_pool         paged KV blocks with elastic expand / contract
     scheduler       continuous batching, chunked prefill, preemption by recompute
     elastic         draft offload / reload triggers (paper §6.1)

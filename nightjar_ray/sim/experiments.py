@@ -31,7 +31,7 @@ from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.metrics import SimResult, Summary, summarize
 from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 
 
 @dataclass(frozen=True)

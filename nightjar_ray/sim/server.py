@@ -37,12 +37,12 @@ from nightjar_ray.sim.acceptance import AcceptanceProcess
 from nightjar_ray.sim.elastic import DraftState, ElasticMemory, ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.kv_pool import BlockPool
-from nightjar_ray.sim.metrics import RequestRecord, SimResult, StepRecord
+from nightjar_ray.sim.metrics import SimResult, StepRecord
 from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.roofline import Roofline
 from nightjar_ray.sim.scheduler import ScheduledStep, SimRequest, SimScheduler
 from nightjar_ray.sim.step_cost import StepCostModel
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestRecord, RequestSpec
 
 LOOKAHEAD_MARGIN_TOKENS = 32
 """Pool tokens kept free of any single request's prompt + output (gamma_max <= 16)."""
@@ -292,13 +292,14 @@ class SimServer:
         spec = req.spec
         self.records.append(
             RequestRecord(
-                spec.req_id,
-                spec.arrival_s,
-                req.first_token_s,
-                self.now_s,
-                spec.num_prompt_tokens,
-                spec.num_output_tokens,
-                req.num_preemptions,
+                req_id=spec.req_id,
+                arrival_s=spec.arrival_s,
+                sent_s=spec.arrival_s,
+                num_prompt_tokens=spec.num_prompt_tokens,
+                num_output_tokens=spec.num_output_tokens,
+                first_token_s=req.first_token_s,
+                finish_s=self.now_s,
+                num_preemptions=req.num_preemptions,
             )
         )
 

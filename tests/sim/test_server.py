@@ -12,10 +12,11 @@ from nightjar_ray.policy import PolicyStats, StepResult
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.elastic import DraftState, ElasticParams
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
-from nightjar_ray.sim.metrics import summarize
+from nightjar_ray.sim.metrics import finish_s, summarize
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
+from tests.conftest import trace_path
 from tests.sim.simhelpers import poisson_workload, server, small_memory_setting
 
 SETTING = get_setting("rtx4090-7b")
@@ -378,12 +379,11 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
     and keeps speculating (docs/benchmarks.md, "The switch term left to the draft gate")."""
     from nightjar_ray.sim.experiments import default_contenders, run_contender
     from nightjar_ray.sim.suite import suite_workload
-    from nightjar_ray.sim.workload import DEFAULT_TRACE
 
-    if not DEFAULT_TRACE.exists():
-        pytest.skip(f"the shared trace is not at {DEFAULT_TRACE}")
+    if not trace_path().exists():
+        pytest.skip(f"the shared trace is not at {trace_path()}")
     setting = get_setting("l20x2-32b")
-    workload = suite_workload("trace", setting, 2)
+    workload = suite_workload("trace", setting, 2, trace_path=trace_path())
     results = {}
     for weight in (None, 0.03):
         params = {} if weight is None else {"switch_cost_weight": weight}
@@ -395,7 +395,7 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
         w: next((e.time_s for e in r.memory_events if e.kind == "expand"), float("inf"))
         for w, r in results.items()
     }
-    end_s = max(rec.finish_s for rec in results[None].records)
+    end_s = max(finish_s(rec) for rec in results[None].records)
     assert expand_s[0.03] < 0.5 * end_s < expand_s[None]
     thr = {w: summarize(r).throughput_tokens_per_s for w, r in results.items()}
     assert thr[None] > 1.03 * thr[0.03]

@@ -1,9 +1,13 @@
-"""Arrival processes: each turns a seeded RNG into request arrival times (seconds from 0).
+"""Arrivals: a seeded RNG turned into request arrival times (seconds from 0) or gaps.
 
-Built by name with :func:`build_arrivals` (``poisson``, ``gamma``, ``step``, ``ramp``). The gamma
-process follows ``vllm bench serve --burstiness``: inter-arrival gaps are
+Processes over a duration (the load generator's), built by name with
+:func:`build_arrivals` (``poisson``, ``gamma``, ``step``, ``ramp``). The gamma process
+follows ``vllm bench serve --burstiness``: inter-arrival gaps are
 Gamma(shape=burstiness, scale=1/(rate*burstiness)), so the mean rate is ``rate`` and
 burstiness 1 is Poisson; below 1 is burstier, above 1 more regular.
+
+Gap sequences of a given count (the simulator's): :func:`poisson_gaps` and
+:func:`gamma_gaps` (gamma parametrised by its coefficient of variation).
 """
 
 from __future__ import annotations
@@ -137,3 +141,20 @@ def build_arrivals(
             raise ValueError("ramp needs an end rate (--ramp-end-rps)")
         return Ramp(rate_rps, ramp_end_rps)
     raise ValueError(f"unknown arrival process {name!r}; one of {ARRIVAL_NAMES}")
+
+
+def poisson_gaps(rate_per_s: float, count: int, rng: random.Random) -> list[float]:
+    """``count`` exponential inter-arrival gaps (a Poisson process at ``rate_per_s``)."""
+    if rate_per_s <= 0:
+        raise ValueError(f"arrival rate must be > 0, got {rate_per_s}")
+    return [rng.expovariate(rate_per_s) for _ in range(count)]
+
+
+def gamma_gaps(rate_per_s: float, cv: float, count: int, rng: random.Random) -> list[float]:
+    """``count`` gamma-distributed gaps with mean ``1/rate_per_s`` and coefficient of
+    variation ``cv``."""
+    if rate_per_s <= 0 or cv <= 0:
+        raise ValueError(f"gamma arrivals need rate > 0 and cv > 0, got {rate_per_s}, {cv}")
+    shape = 1.0 / (cv * cv)
+    scale = 1.0 / (rate_per_s * shape)
+    return [rng.gammavariate(shape, scale) for _ in range(count)]
