@@ -21,7 +21,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.policy import (
     PRESETS,
@@ -39,7 +38,6 @@ ADDITIONAL_CONFIG_KEY = "nightjar"
 
 DraftSyncMode = Literal["catch-up", "stock", "none"]
 """What a worker does with the draft on gamma = 0 ("none": ``testing.skip_catch_up``)."""
-BatchSizeRule = Literal["decode", "scheduled"]
 
 
 class PoolingConfig(BaseModel):
@@ -164,23 +162,6 @@ class NightjarConfig(BaseModel):
             "'catch-up': gamma=0 runs no draft forward, the draft KV is caught up when "
             "speculation resumes (default). 'stock': vLLM's K=0, which still runs the draft "
             "to keep its KV in sync."
-        ),
-    )
-    batch_size_rule: BatchSizeRule = Field(
-        default="decode",
-        description=(
-            "What counts toward B: 'decode' = requests verifying drafts this step "
-            "(default); 'scheduled' = every scheduled request, prefills included "
-            "(vLLM's dynamic-SD rule)."
-        ),
-    )
-    observation_rule: ObservationRuleName = Field(
-        default=DEFAULT_OBSERVATION_RULE,
-        description=(
-            "Which steps the policy learns from (the simulator uses the same rule): "
-            "'prefill-corrected' (default): steps with prefill chunks count, less the "
-            "target's prefill cost learned at gamma=0, so the draft's prefill stays "
-            "charged to speculation; 'pure': only steps without prefill; 'step': wall time."
         ),
     )
     policy_snapshot: str | None = Field(

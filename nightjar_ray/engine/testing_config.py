@@ -3,14 +3,19 @@
 Not part of the product schema: the Helm chart's schema and the docs leave this block out,
 and nothing an operator deploys needs it. It forces the engine's paths on a schedule
 (memory events, a gamma schedule), checks them more expensively (``self_check``), runs a
-control without the draft KV catch-up, or overrides research parameters of a policy.
+control without the draft KV catch-up, or overrides research parameters (a policy's,
+the batch-size and observation rules).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+
+BatchSizeRule = Literal["decode", "scheduled"]
 
 
 class TestingConfig(BaseModel):
@@ -77,6 +82,22 @@ class TestingConfig(BaseModel):
     )
     forced_steps_per_gamma: int = Field(
         default=4, ge=1, description="Consecutive steps per entry of forced_gammas."
+    )
+    batch_size_rule: BatchSizeRule = Field(
+        default="decode",
+        description=(
+            "Research: what counts toward B. 'decode' = requests verifying drafts this "
+            "step (the product's rule); 'scheduled' = every scheduled request, prefills "
+            "included (vLLM's dynamic-SD rule)."
+        ),
+    )
+    observation_rule: ObservationRuleName = Field(
+        default=DEFAULT_OBSERVATION_RULE,
+        description=(
+            "Research: which steps the policy learns from (the simulator's "
+            "--observed-time): 'prefill-corrected' (the product's rule), 'pure' (only "
+            "steps without prefill chunks) or 'step' (wall time)."
+        ),
     )
     policy_overrides: dict[str, Any] = Field(
         default_factory=dict,

@@ -38,7 +38,7 @@ def test_engine_and_simulator_run_the_same_step_driver_with_the_same_default() -
     assert type(server.driver) is StepDriver
     assert type(server.driver.observation) is ObservationRule
     assert server.driver.observation.name == DEFAULT_OBSERVATION_RULE
-    assert NightjarConfig().observation_rule == RunKnobs().observed_time
+    assert NightjarConfig().testing.observation_rule == RunKnobs().observed_time
     assert RunKnobs().observed_time == DEFAULT_OBSERVATION_RULE
     policy = build_policy("off", {}, rng=random.Random(0))
     stepper = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0)
