@@ -45,8 +45,8 @@ bench-policy: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray bench-policy
 
 bench-engine: $(VENV)/.installed-dev
-	$(BIN)/python loadtest/bench_engine.py --out docs/bench-engine.json \
-		--profile docs/profiles/cpu-2core-bench-s0.05.csv
+	$(BIN)/python loadtest/bench_engine.py --out benchmarks/results/bench-engine.json \
+		--profile benchmarks/results/profiles/cpu-2core-bench-s0.05.csv
 
 profile-switch-cost: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray profile-switch-cost --out switch-cost.csv

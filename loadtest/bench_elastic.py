@@ -1,6 +1,6 @@
 """Elastic memory under KV pressure (docs/benchmarks.md), one run, side by side.
 
-    python loadtest/bench_elastic.py --out docs/bench-elastic.json
+    python loadtest/bench_elastic.py --out benchmarks/results/bench-elastic.json
 
 A burst of ``--requests`` long requests (prompts of ``--prompt-tokens``, ``--max-tokens``
 out each, all arriving at once) on a KV budget too small to run them together
@@ -157,7 +157,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="docs/bench-elastic.json")
+    p.add_argument("--out", default="benchmarks/results/bench-elastic.json")
     p.add_argument("--pair", choices=["tiny", "default"], default="tiny")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--pair-dir", default=str(Path(tempfile.gettempdir()) / "nightjar-pairs"))

@@ -1,6 +1,6 @@
 """Engine benchmarks (docs/benchmarks.md, section "Engine"), one run, side by side.
 
-    python loadtest/bench_engine.py --out docs/bench-engine.json
+    python loadtest/bench_engine.py --out benchmarks/results/bench-engine.json
 
 Three parts, all on the generated pair (s=0.05 recipe, 79M target, 1-layer
 draft, bf16), greedy, ``--max-tokens`` output tokens per request, random
@@ -62,7 +62,7 @@ E2E_POLICIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="docs/bench-engine.json")
+    p.add_argument("--out", default="benchmarks/results/bench-engine.json")
     p.add_argument("--pair-dir", default=str(Path.home() / ".cache/nightjar-ray/pairs/bench-s0.05"))
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--prompt-tokens", type=int, default=32)

@@ -1,6 +1,6 @@
 """Elastic-memory benchmarks (docs/benchmarks.md, "Elastic memory"), one run, side by side.
 
-    python loadtest/bench_memory.py --out docs/bench-memory.json
+    python loadtest/bench_memory.py --out benchmarks/results/bench-memory.json
 
 1. migration: moving ``--moves`` KV blocks of KV-shaped pages (default: the 7B
    setting, 32 layers x 16 tokens x 32 KV heads x 128 x K/V in fp16 = 256 KiB per

@@ -1,6 +1,6 @@
 """Markdown tables from ``bench_engine.py``'s JSON (docs/benchmarks.md, "Engine").
 
-python loadtest/report_engine.py docs/bench-engine.json
+python loadtest/report_engine.py benchmarks/results/bench-engine.json
 """
 
 from __future__ import annotations
