@@ -53,7 +53,7 @@ bench-policy: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_policy.py
 
 # The C_switch profile of the generated s=0.05 pair on this machine, read by bench-engine.
-CPU_PROFILE := $(RESULTS)/cpu-2core-bench-s0.05.csv
+CPU_PROFILE := $(RESULTS)/profiles/cpu-2core-bench-s0.05.csv
 $(CPU_PROFILE): | $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/profile_switch_cost.py --skip-tokens 16,64,256 \
 		--batch-sizes 1,4,16,48 --repeats 3 --out $@
