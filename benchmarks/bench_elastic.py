@@ -1,4 +1,5 @@
-"""Elastic memory under KV pressure (docs/benchmarks.md), one run, side by side.
+"""Elastic memory under KV pressure, one run, side by side (docs/benchmarks.md, "Elastic
+memory under KV pressure").
 
     python benchmarks/bench_elastic.py --out benchmarks/results/bench-elastic.json
 

@@ -1,4 +1,5 @@
-"""Engine benchmarks (docs/benchmarks.md, section "Engine"), one run, side by side.
+"""Engine benchmarks, one run, side by side (docs/benchmarks.md, the "Engine on CPU"
+sections).
 
     python benchmarks/bench_engine.py --out benchmarks/results/bench-engine.json
 
@@ -133,9 +134,9 @@ MEASURED, LEARNING, KERNEL_WARMUP = 0, 1, 2
 def prompt_seed(phase: int, round_idx: int, batch: int) -> int:
     """Seed of the prompts of one (phase, round, batch size), distinct for each.
 
-    # NOTE: vLLM's prefix cache is on, so a prompt an engine has seen is served from
-    # cache the second time: no prefill, and nightjar's draft catches up over it
-    # (engine/lag.py). The prefill-heavy run of issue 15 reused B=1's prompts at B=4.
+    Distinct because vLLM's prefix cache is on: a prompt an engine has seen is served from
+    cache the second time, with no prefill, and nightjar's draft catches up over it
+    (``engine/lag.py``), so a reused prompt would measure neither prefill nor draft.
     """
     return (phase * 1000 + round_idx) * 1000 + batch
 
@@ -143,9 +144,8 @@ def prompt_seed(phase: int, round_idx: int, batch: int) -> int:
 def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests: int = 1) -> float:
     """Tokens/s over ``ceil(min_requests / batch)`` consecutive batches of distinct prompts.
 
-    # NOTE: with one request per run, which gamma wins depends on the prompt
-    # (measured at B=1: up to 20% between gammas on one prompt, the order of
-    # gamma 2/3/4 flips), so e2e's measured runs pass ``--min-requests``.
+    With one request per run, which gamma is fastest depends on that prompt's acceptance,
+    so e2e's measured runs pass ``--min-requests`` to average over several prompts.
     """
     num_batches = -(-min_requests // batch)
     prompts, outputs = request_mix(batch * num_batches, args, seed)

@@ -1,4 +1,5 @@
-"""Elastic-memory benchmarks (docs/benchmarks.md, "Elastic memory"), one run, side by side.
+"""Elastic-memory benchmarks, one run, side by side (docs/benchmarks.md, "KV block
+migration and pool operations").
 
     python benchmarks/bench_memory.py --out benchmarks/results/bench-memory.json
 

@@ -1,5 +1,5 @@
 """Worker RSS drift of one offline engine under a seeded request stream (docs/benchmarks.md,
-"Where the soak's memory growth comes from").
+"Worker memory growth: oneDNN's primitive cache").
 
     python benchmarks/mem_drift.py --mode nightjar --out benchmarks/results/drift-nightjar.jsonl
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python benchmarks/mem_drift.py ...

@@ -5,7 +5,7 @@
 Regret is measured against the per-batch-size best arm in hindsight (latency
 per token, noise-free), summed over steps, averaged over seeds. Batch sizes
 are drawn uniformly from 1..max_batch each step, so bucketing has neighbours
-to pool. Used to decide whether batch-size bucketing lowers regret.
+to share samples with (docs/benchmarks.md, "Regret").
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Markdown tables from ``bench_engine.py``'s JSON (docs/benchmarks.md, "Engine").
+"""Markdown tables from ``bench_engine.py``'s JSON (docs/benchmarks.md, the "Engine on
+CPU" sections).
 
 python benchmarks/report_engine.py benchmarks/results/bench-engine.json
 """

@@ -1,6 +1,6 @@
 """Nightjar against the static choices under sustained overload, outside the suite
-(docs/benchmarks.md, "The L20 trace cell"): the check that keeps a change to the offload
-rule from winning the suite by losing long-output traffic past capacity.
+(docs/benchmarks.md, "Sustained overload (simulator)"): the check that keeps a change to
+the offload rule from winning the suite by losing long-output traffic past capacity.
 
     python benchmarks/sim_overload.py --setting l20x2-32b --mix long-output --loads 1.2,1.5,2.0
 

@@ -4,9 +4,9 @@ Starts a local Ray cluster, deploys one Serve app per contender (same generated 
 different ``nightjar.policy``), measures the machine's capacity (requests/s that ``off``
 sustains under a saturating open loop) unless ``--capacity-rps`` is given, then runs
 interleaved paired rounds of every scenario (``nightjar_ray.loadgen.bench``) and writes
-``bench-serve.json``, a plot, and the report section of ``docs/benchmarks.md``. More
-contenders than ``--max-resident`` run in waves (``plan_waves``); ``--render`` rebuilds the
-report from saved JSON files without a cluster.
+``bench-serve.json``, a plot and, with ``--report``, the report section of a markdown file
+(``docs/benchmarks.md``'s). More contenders than ``--max-resident`` run in waves
+(``plan_waves``); ``--render`` rebuilds the report from saved JSON files without a cluster.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ in hindsight and against ``off``, then how many cells each policy passes (the go
 ``sim/suite_report.py``) and its worst cell. ``--warm-start`` adds ``nightjar-warm`` (what a
 redeploy that restores the policy pool's snapshot starts from) and ``--with-batch-oracle``
 the cost model's table played with no learning: together they split the gap to the goals
-into what a cold start costs and what learning at all costs (docs/benchmarks.md).
+into what a cold start costs and what learning at all costs (docs/benchmarks.md,
+"Workload suite (simulator)").
 """
 
 from __future__ import annotations

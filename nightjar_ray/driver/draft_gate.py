@@ -5,44 +5,45 @@ The bandit picks gamma for the batch size; it never sees *which* requests are in
 batch. A step that speculates also makes the draft process every token it has not seen
 yet: a new prompt (the draft's prefill) or the tokens skipped at gamma = 0 (the
 catch-up). For a request whose prompt is long and whose output is short, that work is
-never earned back (SGLang issue 9319 asks for exactly this). The gate compares, per step::
+never earned back. The gate compares, per step (tokens, seconds)::
 
     owed      = sum over scheduled requests of tokens the draft must process now
                 (draft lag + this step's prefill chunk)
     remaining = sum over scheduled requests of output tokens still to come after
                 the one each may sample now (engine: max_tokens - generated - 1)
-    gain      = remaining * (l~[B, 0] - l~[B, gamma])    latency per token, the policy's,
+    gain      = remaining * (l~[B, 0] - l~[B, gamma])    l~: the policy's s per token,
                                                         B: requests sampling now
     cost      = owed * r * c                            c: target prefill s per token,
                                                         r: draft/target size ratio
 
     speculate iff gain >= cost     (or nothing is owed, or nothing is known yet)
 
-An exploration probe is judged by the best case instead (:func:`best_case_gain`: every
-draft accepted, a step no slower than a plain one): its arm's estimate may be the stale
-one the probe is there to correct, so the estimate cannot stop it, but a probe that no
-acceptance rate could pay for (a long prompt owed, a few tokens left) is stopped; probes
-in steps that owe little still run, so no key freezes at gamma = 0. A step whose batch
-size cannot rank its arms yet (a key still learning) is judged by the best case too,
-from ``l~[B, 0]`` alone (:meth:`Policy.latency_at_zero_s`).
+``l~`` comes from :meth:`Policy.latency_estimates`. Two cases are judged by the best
+case instead (:func:`best_case_gain`: every draft accepted, a step no slower than a plain
+one, from ``l~[B, 0]`` alone):
+
+- an exploration probe: its arm's estimate may be the stale one the probe is there to
+  correct, so the estimate cannot stop it; a probe that no acceptance rate could pay for
+  (a long prompt owed, a few tokens left) is stopped, and probes in steps that owe little
+  still run, so no key freezes at gamma = 0;
+- a step whose key cannot rank its arms yet (``latency_estimates`` is ``None``), from
+  :meth:`Policy.latency_at_zero_s`.
+
+With no ``c`` learned yet, or no ``l~[B, 0]`` sample, the gate stops only steps whose
+``remaining`` is 0 (no gain at any price).
 
 A gated step runs gamma = 0: the draft does not run, its work stays owed (the lag
 tracker keeps it) and is paid only if a later step's gain covers it, so a request that
 finishes first never has its prompt drafted. Greedy outputs do not change (gamma = 0
 is the target alone).
 
-``c`` is the target's prefill cost per token that the observation rule already learns
-from the engine's own gamma = 0 steps (``policy/observation.py``); the draft's cost per
-owed token is priced as ``r * c`` with ``r`` the ratio of the two models' parameter
-counts (:func:`approx_num_params` where only a config is at hand). Catch-up timings are
-no substitute: the usual catch-up is a few skipped tokens, which on a GPU costs a
-memory-bound forward and says nothing about the compute-bound price of a prompt.
-Until ``c`` is learned the gate only stops steps whose ``remaining`` is 0 (no gain at
-any price). ``l~`` comes from :meth:`Policy.latency_estimates`; while it is ``None``
-(the key cannot rank its arms yet) the best case from ``l~[B, 0]`` applies, and with
-no gamma = 0 sample either only the ``remaining == 0`` rule. Drivers
-consult the gate only for a policy whose ``draft_gate`` is true (Nightjar's default;
-the paper preset and the static baselines are never gated).
+``c`` is the target's prefill cost per token that the observation rule learns from the
+engine's own gamma = 0 steps (``driver/observation.py``). The draft's cost per owed token
+is ``r * c``, with ``r`` the ratio of the two models' parameter counts
+(:func:`approx_num_params` where only a config is at hand): a prompt's price is
+compute-bound, which a catch-up of a few skipped tokens (memory-bound on a GPU) does not
+measure. Drivers consult the gate only for a policy whose ``draft_gate`` is true
+(Nightjar's default; the paper preset and the static baselines are never gated).
 
 vLLM 0.32 runs the drafter over the whole batch with one gamma per step, so the gate
 acts per step: a request that does not pay is spared only in steps where the batch as a

@@ -29,7 +29,7 @@ How the target's prefill cost is learned, from the engine's own steps (no cost m
 At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone; a
 step of prompt chunks alone (one request at a time never has a mixed step) prices it
 with the draft's share taken out when the draft ran. The draft gate
-(``policy/draft_gate.py``) prices the draft's owed work from ``c`` too. Until
+(``driver/draft_gate.py``) prices the draft's owed work from ``c`` too. Until
 ``c`` has ``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as
 ``pure``). ``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so
 the estimate follows drift in prompt lengths.

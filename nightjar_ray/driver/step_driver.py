@@ -132,7 +132,7 @@ class StepDecision:
     draft_away: bool = False
     """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
     gated: bool = False
-    """The draft gate ran gamma = 0 although the policy chose more (``policy/draft_gate.py``)."""
+    """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
 
     @property
     def carries_prefill(self) -> bool:
@@ -247,11 +247,10 @@ class StepDriver:
     def _gate_allows(self, batch: StepBatch, gamma: int, explored: bool) -> bool:
         """The draft gate's verdict on speculating this step (caller holds the lock).
 
-        # NOTE: the gain is priced at the batch size the step's requests decode in
-        # next, those that sample now (decodes and last prompt chunks), not the decoding
-        # count: three prompts joining one decode decode at B=4, where a token saves less.
-        # A prompt with chunks to go is not counted: by the time it decodes the batch
-        # has moved on."""
+        The gain is priced at the batch size the step's requests decode in next: those
+        that sample now (decodes and last prompt chunks), not the decoding count, so three
+        prompts joining one decode are priced at B=4, where a token saves less. A prompt
+        with chunks to go is not counted: by the time it decodes the batch has moved on."""
         if batch.num_owed_tokens <= 0 or not self.policy.draft_gate:
             return True
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)

@@ -11,8 +11,9 @@ Modules: ``config`` (NightjarConfig, the user boundary), ``args`` (engine kwargs
 (draft lag bookkeeping), ``draft_sync`` and ``worker`` (true gamma=0 and draft KV
 catch-up), ``messages`` (the typed scheduler/worker messages), ``block_pool`` (vLLM's
 BlockPool as elastic memory's ``ResizableBlockPool``), ``worker_memory``, ``block_remap``,
-``kv_rebind``, ``draft_offload``, ``draft_prepack``, ``onednn_cache`` (the worker side of
-elastic memory), ``offline`` (offline engines for tests and benchmarks).
+``kv_rebind``, ``draft_offload``, ``draft_prepack`` (the worker side of elastic memory),
+``onednn_cache`` (a bound on oneDNN's cache in CPU workers), ``testing_config`` (the
+test-only ``testing`` block), ``offline`` (offline engines for tests and benchmarks).
 """
 
 from nightjar_ray.engine.args import nightjar_engine_args

@@ -174,8 +174,8 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BenchResult:
-        """A saved ``bench-serve.json`` (``meta`` is skipped). Runs saved before waves
-        existed carry no tags: they become wave 0, round = position, as they ran."""
+        """A saved ``bench-serve.json`` (``meta`` is skipped). A run without wave and
+        round tags is wave 0, its round its position in the list."""
         out = cls()
         for scenario, by in data.items():
             if scenario == "meta":

@@ -176,7 +176,8 @@ def run_soak(
 
 @dataclass(frozen=True)
 class SoakReport:
-    """What the soak found (module docstring); ``ok`` is the issue's goal."""
+    """What the soak found (module docstring). ``ok``: no request failed, every KV block
+    came back once idle, and the RSS trend is within ``max_trend_fraction``."""
 
     duration_s: float
     num_requests: int

@@ -17,7 +17,8 @@ is the hysteresis: a pool that just grew by N_region blocks does not shrink back
 draft's memory, as KV cache, would let the batch grow by more than speculation speeds a
 step up at this batch size, by the policy's own estimates. The paper's condition (1) waits
 for the policy to settle on gamma = 0; at a batch size it has not learned yet, the policy
-keeps trying speculative arms while the queue grows (docs/memory.md, "Outvalued").
+keeps trying speculative arms while the queue grows (docs/memory.md, "Outvalued: when the
+draft's memory is worth more as KV cache").
 """
 
 from __future__ import annotations

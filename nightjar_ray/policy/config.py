@@ -1,6 +1,7 @@
 """Typed, user-facing configuration of each policy (pydantic, ``extra="forbid"``).
 
-What an operator may set in a policy's ``policy_params``. Configs are validated where
+What an operator may set in a policy's ``policy_params`` (docs/policies.md,
+"Configuration (`policy_params`)" and "Baselines"). Configs are validated where
 users write them (engine args, Serve config, CLI), so a bad value fails before anything
 starts, with pydantic naming the field. The nightjar presets take :class:`PolicyConfig`
 alone; their research parameters are in :mod:`nightjar_ray.policy.presets`.

@@ -11,22 +11,22 @@ behave differently (pure Python, no vllm/ray import)::
 
 The token-weighted estimator (``sum(d) / sum(n)`` per key) learns both halves per
 batch-size key, so an arm a key tried once with an unlucky acceptance draw keeps that
-draw: on the simulator's A100 low-load cell, key 4 ranked gamma 4 behind gamma 2 for
-7,000 steps after one step that accepted 1 draft token of 12, and local probes never
-reached it again. ``factored`` keeps ``d`` per key and shrinks each key's ``t`` toward
-the mean over every key, which a few hundred steps pin down::
+draw until the key plays the arm again, which local probes far from it never do.
+``factored`` keeps ``d`` per key and shrinks each key's ``t`` toward the mean over every
+key, which a few hundred steps pin down::
 
     t^[key, gamma] = (tokens[key, gamma] + k * t_all[gamma]) / (req_steps[key, gamma] + k)
     l^[key, gamma] = d[key, gamma] / t^[key, gamma]          d: sum(step s) / sum(B)
 
 ``k`` (``tokens_prior_req_steps``) is the prior's weight in request-steps: at B=1 a key
-trusts its own acceptance after about ``k`` steps, at B >= ``k`` after one. A key's own
-acceptance still wins where it has the evidence (at small B the batch is a few
-requests, whose acceptance may differ from the mean). With ``k`` = 0 this is the
-token-weighted estimator exactly.
+trusts its own acceptance after about ``k`` steps, at B >= ``k`` after one, so a key's
+own acceptance dominates where it has the evidence (a small batch is a few requests,
+whose acceptance may differ from the mean). With ``k`` = 0 this is the token-weighted
+estimator exactly. Units: ``t`` in tokens per request-step, ``l`` and ``l^`` in seconds
+per token.
 
-Stored as the token-weighted table (``sum(d)/sum(n)``, counts in tokens, so arms settle
-and replicas pool as before) plus one table of requests per token with the same counts;
+Stored as the token-weighted table (``sum(d)/sum(n)``, counts in tokens, the same table
+and counts as ``token-weighted``) plus one table of requests per token with those counts;
 both merge exactly across replicas, and ``t_all`` is derived from them::
 
     latency_per_token_s[key, gamma] = (tokens, sum(d) / tokens)

@@ -143,8 +143,8 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
     },
 }
 """Preset name -> overrides of :class:`NightjarParams`' defaults. ``nightjar``: the
-defaults, chosen on the simulator's suite and engine benchmarks (docs/benchmarks.md);
-``nightjar-paper``: the paper's exact settings, for reproduction."""
+defaults (their evidence: docs/benchmarks.md, "Summary"); ``nightjar-paper``: the paper's
+exact settings, for reproduction."""
 
 
 def nightjar_params(preset: str, overrides: Mapping[str, Any] | None = None) -> NightjarParams:

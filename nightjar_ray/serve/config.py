@@ -37,7 +37,8 @@ GENERATED_PAIRS: dict[str, PairSpec] = {
     "default": PairSpec(),
     "tiny": replace(TINY_SPEC, dtype="float32"),
 }
-"""``default``: the notes' s=0.05 79M-parameter bf16 pair; ``tiny``: the tests' pair."""
+"""``default``: the s=0.05 79M-parameter pair the demo serves (stored in bfloat16);
+``tiny``: the tests' pair."""
 
 CACHE_ENV = "NIGHTJAR_CACHE_DIR"
 

@@ -1,8 +1,9 @@
-"""Elastic memory for the draft model: the paper's §6.1 triggers and §6.2-6.4 costs.
+"""Elastic memory for the draft model: the engine's §6.1 triggers
+(:class:`~nightjar_ray.memory.triggers.ElasticTriggers`) and the paper's §6.2-6.4 costs.
 
 ::
 
-    RESIDENT --(SD disabled, N_free < tau_low for T_persist steps)--> OFFLOADED
+    RESIDENT --(SD disabled or outvalued, N_free < tau_low for T_persist steps)--> OFFLOADED
         expand the pool by N_draft blocks; the engine stalls ``expand_stall_s``
     OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low
                  for contract_persist_steps steps)--> RELOADING

@@ -36,8 +36,8 @@ from nightjar_ray.workload import RequestSpec
 
 @dataclass(frozen=True)
 class RunKnobs:
-    """Engine-side knobs around the policy (defaults chosen with the simulator; see
-    docs/simulator.md, "Choosing defaults")."""
+    """Engine-side knobs around the policy; each default, and when to change it:
+    docs/simulator.md, "Engine options around the policy"."""
 
     tau_low_fraction: float = 0.10
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
@@ -125,7 +125,7 @@ def batch_oracle(setting: Setting, dataset: str, gamma_max: int = 4) -> Contende
     that knew the hardware in advance would play, with no learning and no probes. A
     reference, not a bound: it reads the model at one context length and mean acceptance,
     so a learned schedule can beat it; where it is level with the best static choice, a
-    gamma schedule has little to gain (docs/benchmarks.md, trace replays over five seeds).
+    gamma schedule has little to gain (docs/benchmarks.md, "Workload suite (simulator)").
     """
     acc = setting.acceptance_for(dataset)
     arms = range(gamma_max + 1)

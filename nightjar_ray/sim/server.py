@@ -17,7 +17,7 @@ workload, seed).
 Draft participation when a step plays gamma = 0 (``ServerOptions.draft_when_off``):
 
 * ``sync``: the draft still runs one pass over the step's tokens (stock vLLM keeps the
-  drafter's KV in sync this way; verified-facts), so re-enabling is free but gamma=0 is not;
+  drafter's KV in sync this way), so re-enabling is free but gamma=0 is not;
 * ``skip``: the draft does not run (Nightjar); its KV lags, and the next speculative step
   pays the catch-up (C_switch).
 """

@@ -1,7 +1,7 @@
 """Run the workload suite (``suite.py``) over settings and seeds, and judge a policy on it.
 
-The judgement is the one the defaults are held to (docs/benchmarks.md, "Speculation that
-never loses"), per cell (setting, workload, seed), against the best static choice in
+The judgement is the one the defaults are held to (docs/benchmarks.md, "Workload suite
+(simulator)"), per cell (setting, workload, seed), against the best static choice in
 hindsight of that cell (``off`` or ``fixed-k``, by throughput):
 
 * throughput >= ``MIN_OF_BEST_STATIC`` of the best static's;
