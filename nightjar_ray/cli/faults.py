@@ -48,7 +48,7 @@ def policy_actor_recovered(app: str, killed_at: float, num_replicas: int) -> boo
         status = ray.get(policy_actor(app).status.remote(), timeout=10)
     except (RayError, RuntimeError):
         return False
-    # NOTE: the pool lists every replica that ever pushed (a dead one stays listed, its
+    # NOTE: the policy pool lists every replica that ever pushed (a dead one stays listed, its
     # observations stay pooled), so count the replicas that exchanged since the kill.
     synced = sum(r["last_exchange_s"] > killed_at for r in status["replicas"].values())
     return bool(status["restored"] and synced >= num_replicas)

@@ -12,7 +12,7 @@ block). :class:`ElasticBlockPool` adds ids at the top and takes them back::
 - ``plan_contract(n)`` then ``contract(plan)``: every live block at or above the new
   boundary trades ids with a free block below it, so every reference the scheduler holds
   (request block lists, pending copies) stays valid and only ids change; then the free
-  blocks of the region leave the free queue and the pool is trimmed. The returned moves
+  blocks of the region leave the free queue and the block pool is trimmed. The returned moves
   ``{src: dst}`` are what the workers must copy and remap before the next forward pass.
 
 NOTE: prefix-cache entries of moved blocks are dropped (a lost hit, never a wrong one).
@@ -35,7 +35,7 @@ class ElasticBlockPool:
     def __init__(self, pool: Any, max_num_blocks: int) -> None:
         if max_num_blocks < pool.num_gpu_blocks:
             raise ValueError(
-                f"max_num_blocks={max_num_blocks} < the pool's {pool.num_gpu_blocks} blocks"
+                f"max_num_blocks={max_num_blocks} < the block pool's {pool.num_gpu_blocks} blocks"
             )
         self.pool = pool
         self.max_num_blocks = max_num_blocks

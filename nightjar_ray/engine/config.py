@@ -50,7 +50,7 @@ class PoolingConfig(BaseModel):
         description=(
             "Under Ray Serve, push this replica's observations to the deployment's policy "
             "actor and load the pooled table back (replicas learn together; a new replica "
-            "starts from the pool). Ignored outside Serve."
+            "starts from the policy pool). Ignored outside Serve."
         ),
     )
     sync_interval_s: float = Field(
@@ -60,7 +60,7 @@ class PoolingConfig(BaseModel):
         default="/tmp/nightjar-ray/policy-pool",
         min_length=1,
         description=(
-            "Directory where the policy actor snapshots the pool after every exchange "
+            "Directory where the policy actor snapshots the policy pool after every exchange "
             "and restores it from when it restarts (mount a volume here on Kubernetes)."
         ),
     )
@@ -86,7 +86,7 @@ class ElasticMemoryConfig(BaseModel):
         default=0.10,
         ge=0.0,
         le=0.9,
-        description="tau_low as a fraction of the stock pool's blocks (paper §7.3.3: 10%).",
+        description="tau_low as a fraction of the stock block pool's blocks (paper §7.3.3: 10%).",
     )
     expand_persist_steps: int = Field(
         default=8,

@@ -51,7 +51,7 @@ class WorkerMemory:
         self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
         self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
         self.num_blocks = self.num_stock_blocks
-        """The pool's size as of the last event this rank applied."""
+        """The block pool's size as of the last event this rank applied."""
         self.history: list[list[Any]] = []
         """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
@@ -103,7 +103,7 @@ class WorkerMemory:
         if event.num_blocks is not None:
             if event.num_blocks > self.arena.num_slot_blocks:
                 raise RuntimeError(
-                    f"the pool grew to {event.num_blocks} blocks; this rank's arena holds "
+                    f"the block pool grew to {event.num_blocks} blocks; this rank's arena holds "
                     f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
                 )
             self.num_blocks = event.num_blocks

@@ -31,7 +31,7 @@ class ResizableBlockPool(Protocol):
         """Ids in use now, the null block included."""
 
     def can_expand(self, num_blocks: int) -> bool:
-        """Whether ``num_blocks`` more ids fit under the pool's maximum."""
+        """Whether ``num_blocks`` more ids fit under the block pool's maximum."""
 
     def expand(self, num_blocks: int) -> range:
         """Append ``num_blocks`` free ids; returns them. Only after ``can_expand``."""

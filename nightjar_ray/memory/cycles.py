@@ -59,7 +59,7 @@ class CompactionCycle:
         if not 1 <= region_blocks < pool.num_blocks - 1:
             raise ValueError(
                 f"chaos_region_blocks={region_blocks} must leave at least one usable block "
-                f"of the pool's {pool.num_blocks - 1}"
+                f"of the block pool's {pool.num_blocks - 1}"
             )
         self.pool = pool
         self.region_blocks = region_blocks

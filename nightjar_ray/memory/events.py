@@ -31,7 +31,7 @@ class MemoryEvent:
     release: tuple[int, int] | None = None
     draft_commands: tuple[DraftCommand, ...] = ()
     num_blocks: int | None = None
-    """The scheduler's pool size after this event, when the pool changed (every rank
+    """The scheduler's block pool size after this event, when the block pool changed (every rank
     checks it fits its arena and records it, so ranks can be compared event by event)."""
 
     def __bool__(self) -> bool:

@@ -11,7 +11,7 @@ the same :class:`ElasticTriggers`.
     RELOADING: no decision until the draft is resident (and caught up) again
 
 The gap between the two conditions (N_free < tau_low against N_free > N_region + tau_low)
-is the hysteresis: a pool that just grew by N_region blocks does not shrink back at once.
+is the hysteresis: a block pool that just grew by N_region blocks does not shrink back at once.
 
 "Outvalued" (beyond the paper, :func:`draft_outvalued`): requests wait for blocks and the
 draft's memory, as KV cache, would let the batch grow by more than speculation speeds a

@@ -40,7 +40,7 @@ from nightjar_ray.policy.stats import ArmTable
 REQS_TABLE = "reqs_per_token"
 
 
-class PooledTokens:
+class TokensPerRequestPrior:
     """Requests per token per (key, gamma), and tokens per request over all keys."""
 
     __slots__ = ("_prior", "_reqs", "_tokens", "table")

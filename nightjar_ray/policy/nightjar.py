@@ -73,7 +73,7 @@ from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn
-from nightjar_ray.policy.factored import REQS_TABLE, PooledTokens
+from nightjar_ray.policy.factored import REQS_TABLE, TokensPerRequestPrior
 from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
@@ -127,9 +127,11 @@ class NightjarPolicy(Policy):
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
         self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
-        self._pooled: PooledTokens | None = None
+        self._tokens_prior: TokensPerRequestPrior | None = None
         if config.latency_estimator == "factored":
-            self._pooled = PooledTokens(config.gamma_max + 1, config.tokens_prior_req_steps)
+            self._tokens_prior = TokensPerRequestPrior(
+                config.gamma_max + 1, config.tokens_prior_req_steps
+            )
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
         self._share = config.share_across_keys
@@ -276,7 +278,7 @@ class NightjarPolicy(Policy):
     def _means(self, key: int) -> list[float]:
         """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
         means = self._table.means[key]
-        return means if self._pooled is None else self._pooled.latency(key, means)
+        return means if self._tokens_prior is None else self._tokens_prior.latency(key, means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
@@ -285,8 +287,8 @@ class NightjarPolicy(Policy):
         weight = float(result.num_tokens) if self._token_weighted else 1.0
         key = self._key(result.num_reqs)
         self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
-        if self._pooled is not None:
-            self._pooled.update(key, result.gamma, result.num_reqs, result.num_tokens)
+        if self._tokens_prior is not None:
+            self._tokens_prior.update(key, result.gamma, result.num_reqs, result.num_tokens)
         if key not in self._complete_keys and self._all_settled(key):
             self._complete_keys.add(key)
 
@@ -300,16 +302,16 @@ class NightjarPolicy(Policy):
 
     def export_stats(self) -> PolicyStats:
         tables = {LATENCY_TABLE: self._table.export()}
-        if self._pooled is not None:
-            tables[REQS_TABLE] = self._pooled.table.export()
+        if self._tokens_prior is not None:
+            tables[REQS_TABLE] = self._tokens_prior.table.export()
         return PolicyStats(self.name, tables)
 
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
-        if self._pooled is not None:
-            self._pooled.table.load(stats.tables.get(REQS_TABLE, {}))
-            self._pooled.reload()
+        if self._tokens_prior is not None:
+            self._tokens_prior.table.load(stats.tables.get(REQS_TABLE, {}))
+            self._tokens_prior.reload()
         self._complete_keys = {k for k in self._table.counts if self._all_settled(k)}
 
     def local_state(self) -> dict[str, Any]:

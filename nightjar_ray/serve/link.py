@@ -48,15 +48,15 @@ class ServeLink:
         self,
         context: ServeContext,
         config: NightjarConfig,
-        stepper: StepDriver,
+        step_driver: StepDriver,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
         self._config = config
-        self._stepper = stepper
+        self._step_driver = step_driver
         self._clock = clock
         self.fingerprint = stats_fingerprint(config.policy, config.policy_config())
-        self._exchange = StatsExchange(stepper.policy, stepper.policy_lock)
+        self._exchange = StatsExchange(step_driver.policy, step_driver.policy_lock)
         self._actor: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nightjar-serve-link", daemon=True)
@@ -88,7 +88,7 @@ class ServeLink:
                 next_sync = self._clock() + pooling.sync_interval_s
             try:
                 exporter.export(
-                    self._stepper.telemetry.read(),
+                    self._step_driver.telemetry.read(),
                     self.sync_age_s(),
                     (self.num_syncs, self.num_sync_errors),
                 )
@@ -140,16 +140,18 @@ class ServeLink:
             return False
 
     def _report(self, policy_count: float) -> None:
-        reading = self._stepper.telemetry.read().to_json()
+        reading = self._step_driver.telemetry.read().to_json()
         reading["policy_count"] = policy_count
         reading["num_syncs"] = self.num_syncs
         reading["num_sync_errors"] = self.num_sync_errors
         self._actor.report.remote(self.context.replica, reading)
 
 
-def start_serve_link(raw_context: str, config: NightjarConfig, stepper: StepDriver) -> ServeLink:
+def start_serve_link(
+    raw_context: str, config: NightjarConfig, step_driver: StepDriver
+) -> ServeLink:
     """Start the link of a Serve replica's engine (``raw_context``: the env variable)."""
-    link = ServeLink(ServeContext.from_env(raw_context), config, stepper)
+    link = ServeLink(ServeContext.from_env(raw_context), config, step_driver)
     link.start()
     return link
 

@@ -38,7 +38,7 @@ def total_count(stats: PolicyStats) -> float:
 
 @dataclass
 class ReplicaRecord:
-    """What the pool knows of one replica."""
+    """What the policy pool knows of one replica."""
 
     pushed_count: float = 0.0
     """Observations this replica contributed (sum of its deltas' counts)."""
@@ -72,7 +72,7 @@ class PolicyPool:
         if fingerprint != self.fingerprint:
             self.num_rejected += 1
             raise ValueError(
-                f"policy configuration {fingerprint} does not match this pool's "
+                f"policy configuration {fingerprint} does not match this policy pool's "
                 f"{self.fingerprint}; statistics rejected"
             )
         try:

@@ -117,7 +117,7 @@ class SimServer:
 
     @property
     def max_request_tokens(self) -> int:
-        """Largest prompt + output a request may have: it must fit the pool alone, with room
+        """Largest prompt + output a request may have: it must fit the block pool alone, with room
         for the speculative lookahead (gamma + 1 <= 17 slots)."""
         cap = self.plan.num_orig_blocks * self.plan.block_size_tokens
         return min(self.setting.target.max_model_len, cap - LOOKAHEAD_MARGIN_TOKENS)
