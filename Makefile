@@ -6,7 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test tools lint typecheck unit bench-policy bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
+.PHONY: demo test tools lint typecheck unit bench-research bench-policy bench-sim bench-sim-seeds \
+	bench-engine profile-switch-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +24,8 @@ demo: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray demo $(ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff format --check nightjar_ray tests loadtest
-	$(BIN)/ruff check nightjar_ray tests loadtest
+	$(BIN)/ruff format --check nightjar_ray tests benchmarks
+	$(BIN)/ruff check nightjar_ray tests benchmarks
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
@@ -41,17 +42,32 @@ unit: $(VENV)/.installed-dev tools
 
 test: lint typecheck unit
 
-bench-policy: $(VENV)/.installed-dev
-	$(BIN)/nightjar-ray bench-policy
+# Research scripts live in benchmarks/ (not installed); their results go to benchmarks/results/.
+RESULTS := benchmarks/results
 
-bench-engine: $(VENV)/.installed-dev
-	$(BIN)/python loadtest/bench_engine.py --out docs/bench-engine.json \
-		--profile docs/profiles/cpu-2core-bench-s0.05.csv
+# The long research checks that `make unit` leaves out (pytest marker `research`).
+bench-research: $(VENV)/.installed-dev
+	$(BIN)/pytest -q -m research
+
+bench-policy: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/bench_policy.py
+
+# The C_switch profile of the generated s=0.05 pair on this machine, read by bench-engine.
+CPU_PROFILE := $(RESULTS)/profiles/cpu-2core-bench-s0.05.csv
+$(CPU_PROFILE): | $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/profile_switch_cost.py --skip-tokens 16,64,256 \
+		--batch-sizes 1,4,16,48 --repeats 3 --out $@
+
+bench-engine: $(VENV)/.installed-dev $(CPU_PROFILE)
+	$(BIN)/python benchmarks/bench_engine.py --out $(RESULTS)/bench-engine.json \
+		--profile $(CPU_PROFILE)
 
 profile-switch-cost: $(VENV)/.installed-dev
-	$(BIN)/nightjar-ray profile-switch-cost --out switch-cost.csv
+	$(BIN)/python benchmarks/profile_switch_cost.py --out $(RESULTS)/switch-cost.csv
 
-# Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); needs ../shared/data.
+# Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); they replay the Azure
+# conversation trace named by NIGHTJAR_TRACE (default: the shared copy beside the checkout).
+export NIGHTJAR_TRACE ?= ../shared/data/azure_llm_inference_trace_conv_2023.csv
 SIM_SETTINGS := rtx4090-7b a100-13b l20x2-32b
 SIM_JOBS ?= 1
 SIM := $(BIN)/nightjar-ray simulate compare --jobs $(SIM_JOBS)
@@ -68,7 +84,7 @@ bench-sim: $(VENV)/.installed-dev
 		$(SIM) --setting $$s --num-requests 3000 --no-trace --with-ceiling; done
 	$(SIM) --setting rtx4090-7b --num-requests 3000 --no-trace $(PAPER_OFFLOAD) \
 		--with-ceiling --contenders nightjar,off,fixed-1,gamma0+offload --qps 10,20,35
-	for s in $(SIM_SETTINGS); do $(BIN)/nightjar-ray simulate tune --setting $$s; done
+	for s in $(SIM_SETTINGS); do $(BIN)/python benchmarks/simulate_tune.py --setting $$s; done
 
 # Trace replays over five seeds (docs/benchmarks.md, "Trace replays over five seeds").
 SIM_STATICS := off,fixed-1,fixed-2,fixed-3,fixed-4

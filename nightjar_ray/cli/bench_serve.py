@@ -4,9 +4,9 @@ Starts a local Ray cluster, deploys one Serve app per contender (same generated 
 different ``nightjar.policy``), measures the machine's capacity (requests/s that ``off``
 sustains under a saturating open loop) unless ``--capacity-rps`` is given, then runs
 interleaved paired rounds of every scenario (``nightjar_ray.loadgen.bench``) and writes
-``bench-serve.json``, a plot, and the report section of ``docs/benchmarks.md``. More
-contenders than ``--max-resident`` run in waves (``plan_waves``); ``--render`` rebuilds the
-report from saved JSON files without a cluster.
+``bench-serve.json``, a plot and, with ``--report``, the report section of a markdown file
+(``docs/benchmarks.md``'s). More contenders than ``--max-resident`` run in waves
+(``plan_waves``); ``--render`` rebuilds the report from saved JSON files without a cluster.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from nightjar_ray.loadgen.bench import (
     plan_waves,
     scenarios,
 )
+from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
 MODEL_ID = "bench"
 KV_BLOCKS = 128
@@ -43,7 +43,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--duration-s", type=float, default=120.0, help="Per scenario and round.")
     p.add_argument("--capacity-rps", type=float, help="Skip calibration: requests/s of off.")
     p.add_argument(
-        "--trace", type=Path, default=Path("../shared/data/azure_llm_inference_trace_conv_2023.csv")
+        "--trace",
+        type=Path,
+        help=f"Azure-format trace CSV of the trace scenario (default: ${TRACE_ENV}; without"
+        " either, the trace scenario is left out).",
     )
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--out", type=Path, default=Path("bench-serve-results"))
@@ -110,11 +113,11 @@ def _calibrate(url: str, duration_s: float) -> float:
     import asyncio
     import random
 
-    from nightjar_ray.loadgen.arrivals import poisson
     from nightjar_ray.loadgen.bench import CHAT_OUTPUT, CHAT_PROMPT
     from nightjar_ray.loadgen.client import run_open_loop
     from nightjar_ray.loadgen.summary import summarize
     from nightjar_ray.loadgen.workload import synthetic_requests
+    from nightjar_ray.workload.arrivals import poisson
 
     reqs = synthetic_requests(
         poisson(5.0), duration_s, CHAT_PROMPT, CHAT_OUTPUT, 1000, random.Random(99)
@@ -130,7 +133,7 @@ def _app_counts(app: str) -> dict[str, Any] | None:
     import ray
     from ray.exceptions import RayError
 
-    from nightjar_ray.serve.faults import policy_actor
+    from nightjar_ray.cli.faults import policy_actor
 
     try:
         status = ray.get(policy_actor(app).status.remote(), timeout=10)
@@ -162,7 +165,7 @@ def _retire(names: list[str], counts: dict[str, Any]) -> None:
     import ray
     from ray import serve
 
-    from nightjar_ray.serve.faults import policy_actor
+    from nightjar_ray.cli.faults import policy_actor
 
     for name in names:
         c = _app_counts(name)
@@ -196,13 +199,26 @@ def _on_run(rnd: int, scenario: str, contender: str, s: dict[str, Any]) -> None:
     )
 
 
+def _trace(args: argparse.Namespace) -> Path | None:
+    """The trace scenario's CSV: ``--trace``, else ``$NIGHTJAR_TRACE``; without either the
+    scenario is left out (and said so); a named file that is not there is an error."""
+    if args.trace is None and not os.environ.get(TRACE_ENV):
+        if "trace" in args.scenarios.split(","):
+            print(f"bench-serve: no --trace or ${TRACE_ENV}: no trace scenario", file=sys.stderr)
+        return None
+    try:
+        return resolve_trace(args.trace, os.environ)
+    except ValueError as e:
+        raise SystemExit(f"bench-serve: {e}") from None
+
+
 def _measure(
-    args: argparse.Namespace, waves: list[list[str]]
+    args: argparse.Namespace, waves: list[list[str]], trace: Path | None
 ) -> tuple[BenchResult, dict[str, Any]]:
     """Deploy, run and retire each wave in turn; returns the runs and the run's meta."""
     from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
 
-    table = scenarios(args.trace if args.trace.exists() else None)
+    table = scenarios(trace)
     chosen = [table[s] for s in args.scenarios.split(",") if s in table]
     url = _start(args.http_port, max(len(w) for w in waves))
     capacity, result = args.capacity_rps, BenchResult()
@@ -244,7 +260,6 @@ def _load(paths: list[Path]) -> tuple[BenchResult, dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.loadgen.report import markdown, plot_ratios, write_section
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -260,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
             waves = plan_waves(contenders, args.max_resident)
         except ValueError as e:
             raise SystemExit(f"bench-serve: --max-resident: {e}") from e
-        result, meta = _measure(args, waves)
+        result, meta = _measure(args, waves, _trace(args))
         command = " ".join(sys.argv[2:])
         (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
     plot_ratios(result, args.out / "ratios.png")

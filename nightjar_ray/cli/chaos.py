@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from dataclasses import asdict
@@ -25,7 +24,7 @@ APP = "chaos"
 SCENARIOS = ("actor-kill", "replica-kill", "memory")
 MEMORY_CHAOS: dict[str, Any] = {
     "engine_kwargs": {"block_size": 32, "kv_cache_memory_bytes": 6_000_000},
-    "elastic_memory": {
+    "testing": {
         "chaos_offload_steps": 8,
         "chaos_cycle_steps": 3,
         "chaos_region_blocks": 32,
@@ -67,7 +66,7 @@ def _deploy(
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     if memory_chaos:
         app_args["engine_kwargs"].update(MEMORY_CHAOS["engine_kwargs"])
-        app_args["nightjar"]["elastic_memory"] = MEMORY_CHAOS["elastic_memory"]
+        app_args["nightjar"]["testing"] = MEMORY_CHAOS["testing"]
     route = "/" if name == APP else f"/{name}"
     print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
     serve.run(build_app(app_args), name=name, route_prefix=route)
@@ -93,7 +92,7 @@ def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tup
 
 
 def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
-    from nightjar_ray.serve import faults
+    from nightjar_ray.cli import faults
 
     state: dict[str, Any] = {}
     if scenario == "memory":
@@ -128,7 +127,6 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.cli.demo import MODEL_ID
     from nightjar_ray.loadgen.chaos import chaos_requests, run_chaos
 
@@ -141,10 +139,10 @@ def run(args: argparse.Namespace) -> int:
     report, run_result = run_chaos(
         args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s
     )
-    late = [r.index for r in run_result.records if not r.ok and r.start_s > report.fault_at_s + 1.0]
+    late = [r.req_id for r in run_result.records if not r.ok and r.sent_s > report.fault_at_s + 1.0]
     out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
     if args.scenario == "memory":
-        from nightjar_ray.serve import faults
+        from nightjar_ray.cli import faults
 
         out["memory_events"] = faults.memory_event_counts(APP)
     args.out.write_text(json.dumps(out, indent=2) + "\n")

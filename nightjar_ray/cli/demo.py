@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 from nightjar_ray.cli.demo_report import ReplicaReports, print_report
-from nightjar_ray.cli.load import PhaseResult, RequestRecord, run_phase
+from nightjar_ray.cli.load import PhaseResult, run_phase
+from nightjar_ray.workload import RequestRecord
 
 APP_NAME = "nightjar"
 METRICS_REPORT_INTERVAL_MS = 2000
@@ -92,8 +93,7 @@ def _deploy(args: argparse.Namespace) -> None:
     )
     if not args.verbose:
         _say("      (logs: /tmp/ray/session_latest/logs; --verbose shows them here)")
-        for name in ("ray.serve", "httpx"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
     app = build_app(app_args)
     serve.start(
         http_options={"host": "127.0.0.1", "port": args.http_port},

@@ -5,7 +5,7 @@ Examples::
     nightjar-ray loadgen --model nightjar-demo --arrivals poisson --rate 0.5 --duration-s 120
     nightjar-ray loadgen --arrivals gamma --rate 1 --burstiness 0.3 ...
     nightjar-ray loadgen --arrivals step --steps 60:0.3,60:1.5 --duration-s 600 ...
-    nightjar-ray loadgen --trace ../shared/data/azure_llm_inference_trace_conv_2023.csv \\
+    nightjar-ray loadgen --trace azure_llm_inference_trace_conv_2023.csv \\
         --trace-offset-s 600 --duration-s 300 --trace-speedup 2 --trace-sample 0.03 \\
         --trace-token-scale 8 ...
 
@@ -18,23 +18,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.arrivals import ARRIVAL_NAMES, build_arrivals
-from nightjar_ray.loadgen.client import RequestRecord, RunResult, run_open_loop
+from nightjar_ray.loadgen.client import RunResult, record_json, run_open_loop
 from nightjar_ray.loadgen.summary import parse_slos, summarize
-from nightjar_ray.loadgen.trace import TraceScaling, load_trace, scale_segment
 from nightjar_ray.loadgen.workload import (
     LengthRange,
-    RequestSpec,
+    TraceScaling,
+    scale_segment,
     synthetic_requests,
     trace_requests,
 )
+from nightjar_ray.workload import RequestRecord, RequestSpec
+from nightjar_ray.workload.arrivals import ARRIVAL_NAMES, build_arrivals
+from nightjar_ray.workload.trace import read_trace, resolve_trace
 
 
 def register(subparsers: Any) -> None:
@@ -85,7 +86,8 @@ def build_requests(args: argparse.Namespace) -> list[RequestSpec]:
             args.max_input_tokens,
             args.max_output_tokens,
         )
-        segment = scale_segment(load_trace(args.trace), scaling, rng)
+        # NOTE: only --trace switches to a replay; the environment's trace does not.
+        segment = scale_segment(read_trace(resolve_trace(args.trace, {})), scaling, rng)
         return trace_requests(segment, args.vocab_size, rng)
     arrivals = build_arrivals(
         args.arrivals, args.rate, args.burstiness, args.steps, args.ramp_end_rps
@@ -128,12 +130,11 @@ def write_results(run: RunResult, summary: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with (out / "records.jsonl").open("w") as f:
         for record in run.records:
-            f.write(json.dumps(record.to_json()) + "\n")
+            f.write(json.dumps(record_json(record)) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     from nightjar_ray.loadgen.plots import overlay_series, plot_run
 
     try:

@@ -12,32 +12,16 @@ import sys
 from collections.abc import Sequence
 
 from nightjar_ray.cli import (
-    bench_policy,
     bench_serve,
     chaos,
     dashboards,
     demo,
     loadgen,
-    policy_regret,
-    policy_table,
-    profile_switch_cost,
     simulate,
     soak,
 )
 
-COMMANDS = (
-    demo,
-    loadgen,
-    bench_serve,
-    chaos,
-    soak,
-    dashboards,
-    policy_table,
-    bench_policy,
-    policy_regret,
-    simulate,
-    profile_switch_cost,
-)
+COMMANDS = (demo, loadgen, bench_serve, chaos, soak, dashboards, simulate)
 
 
 def build_parser() -> argparse.ArgumentParser:

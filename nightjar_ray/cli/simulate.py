@@ -4,7 +4,6 @@ Sub-commands::
 
     simulate run        one policy on one workload (or --scenario FILE.json)
     simulate compare    Table 4 line-up + oracle on a Poisson sweep and/or the trace
-    simulate calibrate  cost model vs the paper (Table 1, Table 3, per-batch SD speedup)
     simulate suite      the workload suite over settings and seeds (``sim/suite.py``)
 """
 
@@ -14,22 +13,19 @@ import argparse
 import csv
 import json
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from nightjar_ray.cli.simulate_suite import (
     add_length_scale,
     add_policy_seed_offset,
     add_suite_parser,
+    add_trace,
     check_length_scale,
     parse_seeds,
+    trace_or_exit,
 )
-from nightjar_ray.sim.calibration import (
-    PAPER_TABLE1_MIB,
-    PAPER_TABLE3_MS,
-    kv_mib,
-    switch_cost_ms,
-    token_latency_s,
-)
+from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import (
     CEILING,
     PAPER_PRESET,
@@ -52,15 +48,15 @@ from nightjar_ray.sim.report import (
 )
 from nightjar_ray.sim.scenario import ScenarioConfig, WorkloadConfig, build_workload, load_scenario
 from nightjar_ray.sim.suite import SUITE, suite_workload
-from nightjar_ray.sim.tuning import tune_row, variants
-from nightjar_ray.sim.workload import DEFAULT_TRACE, TRACE_ATTRIBUTION, RequestSpec
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.trace import TRACE_ATTRIBUTION
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("simulate", help="Simulate policies at GPU scale.")
     sub = parser.add_subparsers(dest="sim_command", required=True)
     run_p = sub.add_parser("run", help="One policy on one workload.")
-    _common(run_p)
+    add_common_args(run_p)
     run_p.add_argument("--policy", default="nightjar")
     run_p.add_argument("--policy-params", default="{}", help="JSON policy config.")
     run_p.add_argument("--arrival", choices=["poisson", "gamma", "trace"], default="poisson")
@@ -70,7 +66,7 @@ def register(subparsers: Any) -> None:
     run_p.add_argument("--timeline-csv", help="Write the per-step gamma timeline here.")
     run_p.set_defaults(func=run_one)
     cmp_p = sub.add_parser("compare", help="Table 4 line-up and oracle, ratios to off.")
-    _common(cmp_p)
+    add_common_args(cmp_p)
     cmp_p.add_argument("--qps", default=None, help="Comma-separated loads (default: preset).")
     cmp_p.add_argument("--trace-only", action="store_true", help="Skip the Poisson sweep.")
     cmp_p.add_argument("--no-trace", action="store_true", help="Skip the trace replay.")
@@ -109,21 +105,14 @@ def register(subparsers: Any) -> None:
     )
     cmp_p.set_defaults(func=compare)
     add_suite_parser(sub)
-    tune_p = sub.add_parser("tune", help="One-knob sweeps of the Nightjar defaults.")
-    _common(tune_p)
-    tune_p.add_argument("--qps", default=None, help="Comma-separated loads (default: 3 of preset).")
-    tune_p.set_defaults(func=tune)
-    cal_p = sub.add_parser("calibrate", help="Cost model vs the paper's tables.")
-    cal_p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
-    cal_p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
-    cal_p.set_defaults(func=calibrate)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """Flags of ``simulate run`` and ``compare``: setting, dataset, workload, knobs, seed."""
     p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
     p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
     p.add_argument("--num-requests", type=int, default=480)
-    p.add_argument("--trace", default=str(DEFAULT_TRACE), help="Azure trace CSV path.")
+    add_trace(p)
     p.add_argument("--trace-start-s", type=float, default=0.0, help="Window start (s).")
     p.add_argument("--trace-duration-s", type=float, default=3600.0, help="Window length (s).")
     p.add_argument("--trace-qps", type=float, default=None, help="Replay mean rate (req/s).")
@@ -143,10 +132,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--observed-time",
-        choices=["prefill-corrected", "pure", "step", "decode"],
+        choices=list(OBSERVATION_RULES),
         default=RunKnobs().observed_time,
-        help="What policies observe: the engine's observation rule, or 'decode' "
-        "(simulator-only diagnostic; docs/simulator.md).",
+        help="What policies observe: one of the engine's observation rules.",
     )
     p.add_argument(
         "--offload-trigger",
@@ -178,13 +166,14 @@ def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
         dataset=args.dataset,
         policy=args.policy,
         policy_params=json.loads(args.policy_params),
-        workload=_workload_from_args(args, args.arrival, args.qps),
+        workload=workload_from_args(args, args.arrival, args.qps),
         seed=args.seed,
         **_knob_args(args),
     )
 
 
-def _workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> WorkloadConfig:
+def workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> WorkloadConfig:
+    """The workload of ``args`` (flags of :func:`add_common_args`) at ``arrival``, ``qps``."""
     return WorkloadConfig.model_validate(
         {
             "arrival": arrival,
@@ -201,7 +190,7 @@ def _workload_from_args(args: argparse.Namespace, arrival: str, qps: float) -> W
 
 
 def run_one(args: argparse.Namespace) -> int:
-    cfg = _scenario_from_args(args)
+    cfg = _with_trace(_scenario_from_args(args), args)
     setting = get_setting(cfg.setting)
     workload = build_workload(cfg.workload, setting, cfg.dataset, cfg.seed)
     contender = next(
@@ -218,6 +207,16 @@ def run_one(args: argparse.Namespace) -> int:
     if cfg.workload.arrival == "trace":
         print(f"Trace: {TRACE_ATTRIBUTION}")
     return 0
+
+
+def _with_trace(cfg: ScenarioConfig, args: argparse.Namespace) -> ScenarioConfig:
+    """``cfg`` with the trace a trace workload replays: the scenario's ``trace_path``, else
+    ``--trace``, else ``$NIGHTJAR_TRACE``; exits with a clear message when none is a file."""
+    if cfg.workload.arrival != "trace":
+        return cfg
+    path = trace_or_exit("simulate run", cfg.workload.trace_path or args.trace)
+    workload = cfg.workload.model_copy(update={"trace_path": str(path)})
+    return cfg.model_copy(update={"workload": workload})
 
 
 def write_timeline(result: SimResult, path: str) -> None:
@@ -284,6 +283,9 @@ def compare(args: argparse.Namespace) -> int:
     check_length_scale(args.length_scale)
     if args.length_scale != 1 and not args.workloads:
         raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
+    workloads = args.workloads.split(",") if args.workloads else None
+    if (workloads is None and not args.no_trace) or "trace" in (workloads or ()):
+        args.trace = str(trace_or_exit("simulate compare", args.trace))
     setting = get_setting(args.setting)
     contenders = _contenders(args, setting)
     labels = [c.label for c in contenders]
@@ -323,11 +325,14 @@ def _compare_workloads(
     out: list[tuple[str, tuple[RequestSpec, ...]]] = []
     if args.workloads:
         scale = args.length_scale
-        return [(w, suite_workload(w, setting, seed, scale)) for w in args.workloads.split(",")]
+        trace = None if args.trace is None else Path(args.trace)
+        return [
+            (w, suite_workload(w, setting, seed, scale, trace)) for w in args.workloads.split(",")
+        ]
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:
-            cfg = _workload_from_args(args, "poisson", qps)
+            cfg = workload_from_args(args, "poisson", qps)
             out.append((f"{qps:g} qps", build_workload(cfg, setting, args.dataset, seed)))
     if not args.no_trace:
         wl, label = trace_for_compare(args, setting, seed)
@@ -340,46 +345,5 @@ def trace_for_compare(
 ) -> tuple[tuple[RequestSpec, ...], str]:
     """The trace workload at ``--trace-qps`` or the setting's ``trace_qps``, and its label."""
     qps = args.trace_qps if args.trace_qps is not None else setting.trace_qps
-    cfg = _workload_from_args(args, "trace", 1.0).model_copy(update={"trace_qps": qps})
+    cfg = workload_from_args(args, "trace", 1.0).model_copy(update={"trace_qps": qps})
     return build_workload(cfg, setting, args.dataset, seed), f"trace @ {qps:g} qps"
-
-
-def tune(args: argparse.Namespace) -> int:
-    setting = get_setting(args.setting)
-    sweep = setting.qps_sweep
-    loads = [float(q) for q in args.qps.split(",")] if args.qps else [sweep[1], sweep[3], sweep[-1]]
-    labels = [v.label for v in variants()]
-    print(f"setting {setting.name}, dataset {args.dataset}: nightjar throughput / off")
-    print("| load | " + " | ".join(labels) + " |")
-    print("|" + "---|" * (len(labels) + 1))
-    for qps in loads:
-        wl = build_workload(
-            _workload_from_args(args, "poisson", qps), setting, args.dataset, args.seed
-        )
-        row = tune_row(setting, wl, args.dataset, args.seed)
-        print(f"| {qps:g} qps | " + " | ".join(f"{row[k]:.3f}" for k in labels) + " |")
-    return 0
-
-
-def calibrate(args: argparse.Namespace) -> int:
-    setting = get_setting(args.setting)
-    t, d = setting.target, setting.draft
-    print(f"{setting.name}: KV bytes/token: target {t.kv_bytes_per_token}")
-    print(f"  draft {d.kv_bytes_per_token}")
-    print("Table 1 (KV MiB per sequence): context | paper 13B | sim 13B | paper 7B | sim 7B")
-    presets = SETTINGS["a100-13b"].target, SETTINGS["rtx4090-7b"].target
-    for ctx, (p13, p7) in PAPER_TABLE1_MIB.items():
-        sim13, sim7 = kv_mib(presets[0], ctx), kv_mib(presets[1], ctx)
-        print(f"  {ctx} | {p13} | {sim13:.0f} | {p7} | {sim7:.0f}")
-    print("Table 3 (C_switch ms): L | B | paper (RTX 4090, 7B) | sim")
-    for (skip, batch), ms in PAPER_TABLE3_MS.items():
-        print(f"  {skip} | {batch} | {ms:.2f} | {switch_cost_ms(setting, skip, batch):.2f}")
-    acc = setting.acceptance_for(args.dataset)
-    print(f"Decode speedup over plain decoding, context 512, acceptance {acc.mean}:")
-    for b in (1, 4, 16, 32, 64, 128, 256):
-        base = token_latency_s(setting, b, 0, 512, acc)
-        cells = " ".join(
-            f"g{g}={base / token_latency_s(setting, b, g, 512, acc):.2f}" for g in range(1, 6)
-        )
-        print(f"  B={b:<4} plain {base * 1e3:.2f} ms/token  {cells}")
-    return 0

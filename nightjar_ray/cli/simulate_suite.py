@@ -5,21 +5,26 @@ in hindsight and against ``off``, then how many cells each policy passes (the go
 ``sim/suite_report.py``) and its worst cell. ``--warm-start`` adds ``nightjar-warm`` (what a
 redeploy that restores the policy pool's snapshot starts from) and ``--with-batch-oracle``
 the cost model's table played with no learning: together they split the gap to the goals
-into what a cold start costs and what learning at all costs (docs/benchmarks.md).
+into what a cold start costs and what learning at all costs (docs/benchmarks.md,
+"Workload suite (simulator)").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
 from nightjar_ray.sim.scenario import ScenarioConfig
 from nightjar_ray.sim.suite import MAX_LENGTH_SCALE, SUITE
 from nightjar_ray.sim.suite_report import run_suite, suite_table, suite_totals
+from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
 
 def add_suite_parser(sub: Any) -> None:
@@ -47,14 +52,33 @@ def add_suite_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--observed-time",
-        choices=["prefill-corrected", "pure", "step", "decode"],
+        choices=list(OBSERVATION_RULES),
         default=None,
         help="Observation rule (default: the engine's default).",
     )
     add_length_scale(p)
     add_policy_seed_offset(p)
+    add_trace(p)
     p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
     p.set_defaults(func=run)
+
+
+def add_trace(p: argparse.ArgumentParser) -> None:
+    """``--trace``: the Azure-format trace CSV a trace workload replays (run, compare, suite)."""
+    p.add_argument(
+        "--trace",
+        default=None,
+        help=f"Azure-format trace CSV for the trace workload (default: ${TRACE_ENV}).",
+    )
+
+
+def trace_or_exit(command: str, given: str | None) -> Path:
+    """The trace to replay (``given``, else ``$NIGHTJAR_TRACE``), or an exit that says how
+    to name one."""
+    try:
+        return resolve_trace(given, os.environ)
+    except ValueError as e:
+        raise SystemExit(f"nightjar-ray {command}: {e}") from None
 
 
 def add_policy_seed_offset(p: argparse.ArgumentParser) -> None:
@@ -130,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
+    trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
         knob_args["observed_time"] = args.observed_time
@@ -146,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         args.jobs,
         args.with_batch_oracle,
         args.length_scale,
+        trace,
     )
     judged = ("nightjar", "nightjar-paper", "nightjar-warm")
     labels = [c.label for c in contenders if c.label in judged]

@@ -1,8 +1,9 @@
 """``nightjar-ray soak``: a long trace replay against the main job's app, for leaks.
 
 Deploys the main job's app on a local Ray cluster (metrics on ``--metrics-port``), replays
-the conversation trace for ``--minutes`` (the whole trace's shape, time-compressed to fit,
-thinned to ``--mean-rps`` on average, tokens scaled as in ``bench-serve``), samples server
+the conversation trace (``--trace``, or ``$NIGHTJAR_TRACE``) for ``--minutes`` (the whole
+trace's shape, time-compressed to fit, thinned to ``--mean-rps`` on average, tokens scaled
+as in ``bench-serve``), samples server
 RSS and KV block gauges every ``--sample-s`` (``nightjar_ray.loadgen.soak``), and writes
 ``soak.json`` and ``soak.png``. Exit code 0 only if no request failed, the KV blocks all
 came back once idle, and RSS shows no trend over the second half (within 2%).
@@ -13,14 +14,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.workload.trace import TRACE_ENV
+
 APP = "soak"
-TRACE = Path("../shared/data/azure_llm_inference_trace_conv_2023.csv")
 
 
 def register(subparsers: Any) -> None:
@@ -29,7 +32,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--mean-rps", type=float, default=0.4, help="Mean request rate.")
     p.add_argument("--sample-s", type=float, default=30.0)
-    p.add_argument("--trace", type=Path, default=TRACE)
+    p.add_argument(
+        "--trace", type=Path, help=f"Azure-format trace CSV to replay (default: ${TRACE_ENV})."
+    )
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--metrics-port", type=int, default=8080)
     p.add_argument("--out", type=Path, default=Path("soak-results"))
@@ -38,10 +43,10 @@ def register(subparsers: Any) -> None:
 
 def soak_requests(trace_path: Path, minutes: float, mean_rps: float, vocab: int) -> list[Any]:
     """The whole trace compressed into ``minutes``, thinned to ``mean_rps`` on average."""
-    from nightjar_ray.loadgen.trace import TraceScaling, load_trace, scale_segment
-    from nightjar_ray.loadgen.workload import trace_requests
+    from nightjar_ray.loadgen.workload import TraceScaling, scale_segment, trace_requests
+    from nightjar_ray.workload.trace import read_trace
 
-    trace = load_trace(trace_path)
+    trace = read_trace(trace_path)
     span_s = trace[-1].arrival_s + 1.0
     duration_s = 60.0 * minutes
     speedup = span_s / duration_s
@@ -85,6 +90,7 @@ def _print_sample(sample: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from nightjar_ray.cli.demo import MODEL_ID
+    from nightjar_ray.loadgen.client import record_json
     from nightjar_ray.loadgen.soak import (
         metrics_sampler,
         run_soak,
@@ -92,11 +98,14 @@ def run(args: argparse.Namespace) -> int:
         wait_for_gauges,
     )
     from nightjar_ray.serve.config import GENERATED_PAIRS
+    from nightjar_ray.workload.trace import resolve_trace
 
-    if not args.trace.exists():
-        raise SystemExit(f"soak: --trace {args.trace} does not exist")
-    vocab = GENERATED_PAIRS[args.pair].vocab_size
-    requests = soak_requests(args.trace, args.minutes, args.mean_rps, vocab)
+    try:
+        trace = resolve_trace(args.trace, os.environ)
+        vocab = GENERATED_PAIRS[args.pair].vocab_size
+        requests = soak_requests(trace, args.minutes, args.mean_rps, vocab)
+    except ValueError as e:
+        raise SystemExit(f"soak: {e}") from None
     url = _deploy(args)
     print(f"{len(requests)} requests over {args.minutes:.0f} min", file=sys.stderr, flush=True)
     sampler = metrics_sampler(f"http://127.0.0.1:{args.metrics_port}/metrics")
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     body = {
         "report": {**asdict(report), "ok": report.ok, "kv_returned": report.kv_returned},
         "samples": [asdict(s) for s in [before, *samples, after]],
-        "failed": [r.to_json() for r in result.records if not r.ok],
+        "failed": [record_json(r) for r in result.records if not r.ok],
     }
     (args.out / "soak.json").write_text(json.dumps(body, indent=1) + "\n")
     _plot([before, *samples, after], args.out / "soak.png")

@@ -22,12 +22,21 @@ SCHEDULER_CLS = "nightjar_ray.engine.scheduler.NightjarScheduler"
 WORKER_CLS = "nightjar_ray.engine.worker.NightjarWorker"
 """Resolved in each worker process to the CPU or GPU worker (``worker.py``)."""
 SUPPORTED_METHODS = ("draft_model", "ngram")
+START_HOOK_KEY = "nightjar_start_hook"
+"""``additional_config`` key naming a ``"module:function"`` the scheduler calls once with
+its ``NightjarConfig`` and ``StepDriver`` (how Ray Serve attaches its link; not a user
+setting)."""
 
 
 def nightjar_engine_args(
-    config: NightjarConfig | dict[str, Any], **engine_kwargs: Any
+    config: NightjarConfig | dict[str, Any],
+    start_hook: str | None = None,
+    **engine_kwargs: Any,
 ) -> dict[str, Any]:
     """``engine_kwargs`` plus what Nightjar needs (scheduler, worker, config).
+
+    ``start_hook``: a ``"module:function"`` the scheduler calls at start with its config
+    and step driver (``START_HOOK_KEY``; Ray Serve's builder passes its link).
 
     ``speculative_config["num_speculative_tokens"]`` is set to ``gamma_max``
     (it sizes vLLM's buffers; the policy picks 0..gamma_max per step).
@@ -49,9 +58,12 @@ def nightjar_engine_args(
         if key in engine_kwargs:
             raise ValueError(f"{key} is set by nightjar_engine_args; do not pass it")
     additional = dict(engine_kwargs.pop("additional_config", None) or {})
-    if ADDITIONAL_CONFIG_KEY in additional:
-        raise ValueError(f"additional_config.{ADDITIONAL_CONFIG_KEY} is reserved")
+    for reserved in (ADDITIONAL_CONFIG_KEY, START_HOOK_KEY):
+        if reserved in additional:
+            raise ValueError(f"additional_config.{reserved} is reserved")
     additional.update(cfg.to_additional_config())
+    if start_hook is not None:
+        additional[START_HOOK_KEY] = start_hook
     return {
         **engine_kwargs,
         "speculative_config": spec,

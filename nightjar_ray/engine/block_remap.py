@@ -1,8 +1,8 @@
 """Worker side of a contraction: move KV pages and remap every persistent block table.
 
 The scheduler sends the moves ``{src: dst}`` of a contraction on the step's
-``SchedulerOutput`` (in its ``MemoryEvent``, ``memory_event.py``). Before that step's forward
-pass, every rank (the same code under the mp and the Ray executor) does::
+``SchedulerOutput`` (the ``MemoryEvent`` of its ``StepMessage``, ``engine/messages.py``).
+Before that step's forward pass, every rank (the same code under the mp and the Ray executor) does::
 
     1. copy each layer's page src -> dst      (kernels.BLOCK_MOVERS, one call)
     2. rewrite ids in the persistent batch     (InputBatch.block_table, numpy rows)

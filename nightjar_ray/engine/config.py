@@ -2,7 +2,9 @@
 
 It travels inside vLLM's ``additional_config`` (key ``"nightjar"``) to the
 scheduler (engine-core process) and to every worker, which re-validate it
-(cheap) on their side. Importing this module does not import vLLM.
+(cheap) on their side. Importing this module does not import vLLM. Its ``testing``
+block (:class:`TestingConfig`) holds test-only switches and is left out of the JSON
+schema (the product schema).
 
 >>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2}, gamma_max=3)
 >>> cfg.policy_config().gamma_max
@@ -17,15 +19,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from nightjar_ray.policy import Policy, PolicyConfig, build_policy, policy_config
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+from nightjar_ray.engine.testing_config import TestingConfig
+from nightjar_ray.policy import (
+    PRESETS,
+    ForcedSchedulePolicy,
+    Policy,
+    PolicyConfig,
+    build_policy,
+    operator_policy_config,
+    policy_config,
+    policy_names,
+)
 from nightjar_ray.policy.registry import load_switch_cost
 
 ADDITIONAL_CONFIG_KEY = "nightjar"
 
 DraftSyncMode = Literal["catch-up", "stock", "none"]
-BatchSizeRule = Literal["decode", "scheduled"]
+"""What a worker does with the draft on gamma = 0 ("none": ``testing.skip_catch_up``)."""
 
 
 class PoolingConfig(BaseModel):
@@ -38,7 +50,7 @@ class PoolingConfig(BaseModel):
         description=(
             "Under Ray Serve, push this replica's observations to the deployment's policy "
             "actor and load the pooled table back (replicas learn together; a new replica "
-            "starts from the pool). Ignored outside Serve."
+            "starts from the policy pool). Ignored outside Serve."
         ),
     )
     sync_interval_s: float = Field(
@@ -48,7 +60,7 @@ class PoolingConfig(BaseModel):
         default="/tmp/nightjar-ray/policy-pool",
         min_length=1,
         description=(
-            "Directory where the policy actor snapshots the pool after every exchange "
+            "Directory where the policy actor snapshots the policy pool after every exchange "
             "and restores it from when it restarts (mount a volume here on Kubernetes)."
         ),
     )
@@ -57,8 +69,7 @@ class PoolingConfig(BaseModel):
 class ElasticMemoryConfig(BaseModel):
     """Elastic draft memory (paper §6; docs/memory.md): under KV scarcity with speculation
     off, offload the draft and grow the KV cache into its memory; when the queue drains,
-    compact the KV cache and reload the draft. The chaos options force the same paths
-    on a schedule for tests and chaos runs."""
+    compact the KV cache and reload the draft."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,7 +86,7 @@ class ElasticMemoryConfig(BaseModel):
         default=0.10,
         ge=0.0,
         le=0.9,
-        description="tau_low as a fraction of the stock pool's blocks (paper §7.3.3: 10%).",
+        description="tau_low as a fraction of the stock block pool's blocks (paper §7.3.3: 10%).",
     )
     expand_persist_steps: int = Field(
         default=8,
@@ -101,50 +112,6 @@ class ElasticMemoryConfig(BaseModel):
             "condition alone (speculation off)."
         ),
     )
-    self_check: bool = Field(
-        default=False,
-        description=(
-            "Tests and debugging: check every reloaded draft weight against a digest and "
-            "measure the committed KV + draft bytes after every step (costs time)."
-        ),
-    )
-
-    chaos_cycle_steps: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description=(
-            "Testing and chaos runs: every N scheduling steps give the top "
-            "chaos_region_blocks KV blocks back (compacting the live ones below the "
-            "boundary, as a contraction does) and N steps later hand them out again. "
-            "None (default): off."
-        ),
-    )
-    chaos_offload_steps: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        description=(
-            "Testing and chaos runs: every N scheduling steps offload the draft's weights "
-            "(and release its KV pages), N steps later reload them; speculation is off "
-            "while the draft is away and the draft KV is rebuilt by the catch-up. "
-            "Needs draft_sync='catch-up'. None (default): off."
-        ),
-    )
-    chaos_reload_delay_s: float = Field(
-        default=0.0,
-        ge=0.0,
-        le=60.0,
-        description=(
-            "Testing and chaos runs: hold every draft reload this long in its background "
-            "thread (the step loop goes on without speculation meanwhile)."
-        ),
-    )
-    chaos_region_blocks: int = Field(
-        default=8,
-        ge=1,
-        description="Blocks the chaos cycle takes away and gives back (the region).",
-    )
     block_mover: Literal["torch", "triton"] = Field(
         default="torch",
         description=(
@@ -153,30 +120,26 @@ class ElasticMemoryConfig(BaseModel):
         ),
     )
 
-    @model_validator(mode="after")
-    def _check_modes(self) -> ElasticMemoryConfig:
-        if self.enabled and (self.chaos_cycle_steps or self.chaos_offload_steps):
-            raise ValueError(
-                "elastic_memory.enabled and the chaos_* cycles drive the same memory; "
-                "set one of them"
-            )
-        return self
-
-    @property
-    def any_enabled(self) -> bool:
-        """Whether anything moves memory (the controller or a chaos cycle)."""
-        return self.enabled or bool(self.chaos_cycle_steps or self.chaos_offload_steps)
-
 
 class NightjarConfig(BaseModel):
     """Per-engine Nightjar settings (user-facing; unknown fields are errors)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: str = Field(default="nightjar", description="Policy name (see nightjar_ray.policy).")
+    policy: str = Field(
+        default="nightjar",
+        description=(
+            f"Policy name, one of {', '.join(policy_names())} (docs/policies.md). "
+            "'nightjar': the defaults measured best; 'nightjar-paper': the paper's exact "
+            "Algorithm 1, for reproduction."
+        ),
+    )
     policy_params: dict[str, Any] = Field(
         default_factory=dict,
-        description="Policy parameters; gamma_max and switch_cost_profile are filled in.",
+        description=(
+            "The policy's own parameters (docs/policies.md), e.g. fixed: {gamma: 3}; the "
+            "nightjar presets take none. gamma_max is filled in from gamma_max."
+        ),
     )
     gamma_max: int = Field(
         default=4,
@@ -187,34 +150,18 @@ class NightjarConfig(BaseModel):
     switch_cost_profile: str | None = Field(
         default=None,
         description=(
-            "C_switch(L_max, B) profile CSV written by `nightjar-ray profile-switch-cost` "
-            "(or builtin:NAME); used by the nightjar policy."
+            "C_switch(L_max, B) table of Eq. 4's switch penalty: a profile CSV "
+            "(docs/policies.md) or builtin:NAME. Read by the nightjar-paper preset; the "
+            "default nightjar preset does not weigh the penalty (its draft gate prices "
+            "each catch-up) and ignores it."
         ),
     )
-    draft_sync: DraftSyncMode = Field(
+    draft_sync: Literal["catch-up", "stock"] = Field(
         default="catch-up",
         description=(
             "'catch-up': gamma=0 runs no draft forward, the draft KV is caught up when "
             "speculation resumes (default). 'stock': vLLM's K=0, which still runs the draft "
-            "to keep its KV in sync. 'none': skip without catch-up (acceptance collapses; "
-            "a control for tests and benchmarks only)."
-        ),
-    )
-    batch_size_rule: BatchSizeRule = Field(
-        default="decode",
-        description=(
-            "What counts toward B: 'decode' = requests verifying drafts this step "
-            "(default); 'scheduled' = every scheduled request, prefills included "
-            "(vLLM's dynamic-SD rule)."
-        ),
-    )
-    observation_rule: ObservationRuleName = Field(
-        default=DEFAULT_OBSERVATION_RULE,
-        description=(
-            "Which steps the policy learns from (the simulator uses the same rule): "
-            "'prefill-corrected' (default): steps with prefill chunks count, less the "
-            "target's prefill cost learned at gamma=0, so the draft's prefill stays "
-            "charged to speculation; 'pure': only steps without prefill; 'step': wall time."
+            "to keep its KV in sync."
         ),
     )
     policy_snapshot: str | None = Field(
@@ -244,29 +191,84 @@ class NightjarConfig(BaseModel):
         le=60.0,
         description="Under Ray Serve, seconds between updates of the nightjar_* metrics.",
     )
+    testing: SkipJsonSchema[TestingConfig] = Field(
+        default_factory=TestingConfig,
+        description="Tests, benchmarks and chaos runs only; not in the product schema.",
+    )
 
     @model_validator(mode="after")
-    def _check_policy(self) -> NightjarConfig:
+    def _check(self) -> NightjarConfig:
         self.policy_config()
-        elastic = self.elastic_memory
-        for name in ("enabled", "chaos_offload_steps"):
-            if getattr(elastic, name) and self.draft_sync != "catch-up":
-                raise ValueError(
-                    f"elastic_memory.{name} needs draft_sync='catch-up' "
-                    f"(got {self.draft_sync!r}): the draft KV is rebuilt by the catch-up"
-                )
+        self._check_memory_modes()
         if self.switch_cost_profile is not None:
             try:
                 load_switch_cost(self.switch_cost_profile, 0.0)
             except (OSError, ValueError) as e:
                 raise ValueError(f"switch_cost_profile: {e}") from e
+        if self.testing.forced_gammas is not None:
+            if self.policy_snapshot is not None:
+                raise ValueError("testing.forced_gammas and policy_snapshot: set one of them")
+            try:
+                self.build_policy()
+            except ValueError as e:
+                raise ValueError(f"testing.forced_gammas: {e}") from e
         if self.policy_snapshot is not None:
             self.build_policy()
         return self
 
+    def _check_memory_modes(self) -> None:
+        testing = self.testing
+        chaos = [n for n in ("chaos_cycle_steps", "chaos_offload_steps") if getattr(testing, n)]
+        if self.elastic_memory.enabled and chaos:
+            raise ValueError(
+                f"elastic_memory.enabled and testing.{chaos[0]} drive the same memory; "
+                "set one of them"
+            )
+        if testing.skip_catch_up and self.draft_sync != "catch-up":
+            raise ValueError(
+                "testing.skip_catch_up needs draft_sync='catch-up' (got 'stock', which runs "
+                "the draft at gamma = 0)"
+            )
+        needs_catch_up = {
+            "elastic_memory.enabled": self.elastic_memory.enabled,
+            "testing.chaos_offload_steps": bool(testing.chaos_offload_steps),
+        }
+        for name, on in needs_catch_up.items():
+            if on and self.draft_sync_mode != "catch-up":
+                got = "testing.skip_catch_up" if testing.skip_catch_up else repr(self.draft_sync)
+                raise ValueError(
+                    f"{name} needs draft_sync='catch-up' (got {got}): the draft KV is "
+                    "rebuilt by the catch-up"
+                )
+
+    @property
+    def draft_sync_mode(self) -> DraftSyncMode:
+        """What workers do with the draft on gamma = 0: ``draft_sync``, or "none" (no
+        catch-up) under ``testing.skip_catch_up``."""
+        return "none" if self.testing.skip_catch_up else self.draft_sync
+
+    @property
+    def offloads_draft(self) -> bool:
+        """Whether the draft's weights may be offloaded (the controller or a chaos cycle)."""
+        return self.elastic_memory.enabled or bool(self.testing.chaos_offload_steps)
+
+    @property
+    def moves_memory(self) -> bool:
+        """Whether anything moves memory (the controller or a chaos cycle)."""
+        return self.elastic_memory.enabled or self.testing.moves_memory
+
     def build_policy(self) -> Policy:
-        """The engine's policy, restored from ``policy_snapshot`` when one is set."""
-        policy = build_policy(self.policy, self.policy_config(), rng=random.Random(self.seed))
+        """The engine's policy (``testing.forced_gammas``' schedule when set), restored
+        from ``policy_snapshot`` when one is set."""
+        testing = self.testing
+        if testing.forced_gammas is not None:
+            steps = testing.forced_steps_per_gamma
+            return ForcedSchedulePolicy(testing.forced_gammas, steps, self.gamma_max)
+        table = None
+        if self.policy in PRESETS and self.switch_cost_profile is not None:
+            table = load_switch_cost(self.switch_cost_profile, 0.0)
+        rng = random.Random(self.seed)
+        policy = build_policy(self.policy, self.policy_config(), rng=rng, switch_cost=table)
         if self.policy_snapshot is not None:
             try:
                 policy.restore(json.loads(Path(self.policy_snapshot).read_text()))
@@ -275,16 +277,30 @@ class NightjarConfig(BaseModel):
         return policy
 
     def policy_config(self) -> PolicyConfig:
-        """The validated policy config; ``ValueError`` names the bad field."""
+        """The validated policy config (``testing.policy_overrides`` applied);
+        ``ValueError`` names the bad field."""
+        if self.policy not in policy_names():
+            raise ValueError(f"unknown policy {self.policy!r}; choose from {policy_names()}")
         params = dict(self.policy_params)
         given = params.setdefault("gamma_max", self.gamma_max)
         if given != self.gamma_max:
             raise ValueError(
                 f"policy_params.gamma_max={given} differs from gamma_max={self.gamma_max}"
             )
-        if self.switch_cost_profile is not None and self.policy in ("nightjar", "nightjar-paper"):
-            params.setdefault("switch_cost_profile", self.switch_cost_profile)
-        return policy_config(self.policy, params)
+        try:
+            operator_policy_config(self.policy, params)
+        except ValueError as e:
+            hint = " (a nightjar preset takes only gamma_max)" if self.policy in PRESETS else ""
+            raise ValueError(f"policy_params{hint}: {e}") from e
+        overrides = self.testing.policy_overrides
+        if not overrides:
+            return policy_config(self.policy, params)
+        if "gamma_max" in overrides:
+            raise ValueError("testing.policy_overrides cannot set gamma_max; set gamma_max")
+        try:
+            return policy_config(self.policy, {**params, **overrides})
+        except ValueError as e:
+            raise ValueError(f"testing.policy_overrides: {e}") from e
 
     def to_additional_config(self) -> dict[str, Any]:
         """The ``additional_config`` entry the scheduler and workers read back."""

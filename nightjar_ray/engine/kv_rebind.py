@@ -3,7 +3,7 @@
 vLLM allocates the KV cache as one committed buffer. After warm-up (no request holds a
 block yet) the worker re-creates every layer's view over an arena with the same page
 sizes, in the same layer order, and binds the new views to the attention layers and the
-runner; the old buffer is dropped. From then on, pages of blocks the pool gives back can
+runner; the old buffer is dropped. From then on, pages of blocks the block pool gives back can
 be released to the OS (``KVArena.release_blocks``) and come back, zeroed, when written.
 
 NOTE: only the layout vLLM's CPU backend uses is accepted: per layer a contiguous
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena import KVArena
+from nightjar_ray.memory.arena import CPUKVArena, KVArena
 
 
 def _check_layout(kv_caches: list[torch.Tensor]) -> int:
@@ -56,7 +56,7 @@ def num_max_blocks(model_runner: Any, draft_bytes: int) -> int:
 
     B_full: bytes of one block over every layer (the draft's included), B_target: over
     the target's layers only, S_draft: the draft-only weight bytes an offload frees,
-    N_orig: vLLM's block count (the null block included). With the draft away the pool
+    N_orig: vLLM's block count (the null block included). With the draft away the block pool
     may hold N_max blocks and the committed bytes stay within stock."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     num_blocks = _check_layout(kv_caches)
@@ -77,20 +77,20 @@ def rebind_kv_to_arena(
     of the draft's layers.
 
     NOTE: every layer gets ``num_slot_blocks`` slots of address space; the draft's
-    layers never use slots past the stock pool (the draft is away while the pool is
+    layers never use slots past the stock block pool (the draft is away while the block pool is
     larger), so those slots are never committed."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
     num_blocks = _check_layout(kv_caches)
     slots = num_blocks if num_slot_blocks is None else num_slot_blocks
     if slots < num_blocks:
-        raise ValueError(f"num_slot_blocks={slots} < the pool's {num_blocks} blocks")
+        raise ValueError(f"num_slot_blocks={slots} < the block pool's {num_blocks} blocks")
     if kv_caches[0].device.type != "cpu":
         raise ValueError(
             "elastic_memory needs the KV arena, built for the CPU only so far "
             "(GPU: CUDA virtual memory, docs/memory.md)"
         )
     order, draft_positions = kv_layer_order(model_runner)
-    arena = KVArena([kv_caches[i][0].nbytes for i in order], slots)
+    arena = CPUKVArena([kv_caches[i][0].nbytes for i in order], slots)
     context = model_runner.compilation_config.static_forward_context
     for position, index in enumerate(order):
         old = kv_caches[index]

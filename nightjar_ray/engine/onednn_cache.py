@@ -1,4 +1,4 @@
-"""A bound on oneDNN's primitive cache in CPU workers (the soak's memory growth).
+"""A bound on oneDNN's primitive cache in CPU workers, so their memory stays flat.
 
 On CPU, vLLM runs every linear layer through a oneDNN matmul handle
 (``dispatch_cpu_unquantized_gemm``). oneDNN builds one primitive (JIT code and
@@ -15,11 +15,11 @@ in a forward pass, and keeps it in two caches::
 
 A serving worker meets new token counts for hours (prompt lengths, batch sizes
 and, with speculation, 1 + gamma tokens per request), so the process-wide cache
-fills slowly with entries of about half a megabyte each (default pair): the
-worker's resident memory climbed by 0.9 GB in 20 minutes before any bound showed
-(docs/benchmarks.md, "Where the soak's memory growth comes from"). Without the
+grows toward its capacity with entries of about half a megabyte each (default pair):
+the worker's resident memory grows with the distinct shapes it has served. Without the
 process-wide cache the per-layer caches still hold each layer's recent sizes, and
-a size that fell out of them is built again on its next use.
+a size that fell out of them is built again on its next use. Evidence:
+docs/benchmarks.md, "Worker memory growth: oneDNN's primitive cache".
 
 The worker sets :data:`ONEDNN_CACHE_ENV` before the model loads (oneDNN reads it
 once, when it creates its first primitive) unless the deployment set it, e.g. in
@@ -35,10 +35,8 @@ ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 """oneDNN's environment variable for its process-wide primitive cache (entries)."""
 
 DEFAULT_ONEDNN_CACHE_CAPACITY = 0
-"""Entries kept when the deployment does not say (oneDNN's own default is 1024).
-Measured in docs/benchmarks.md: 0 (no process-wide cache) kept the worker flat
-and was not slower; 256 bounded little (the per-layer caches then hold copies).
-"""
+"""Entries kept when the deployment does not say (oneDNN's own default is 1024): 0, no
+process-wide cache; each layer handle's own cache of 32 sizes remains."""
 
 
 def bound_onednn_cache(environ: MutableMapping[str, str]) -> int:

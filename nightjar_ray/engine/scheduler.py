@@ -16,37 +16,43 @@ Every step also leaves a :class:`LoadSnapshot` (waiting queue, free blocks) in
 the engine's telemetry, after scheduling and again after the step's output
 (finished requests' blocks freed), and one is there from start, so an idle
 engine reports its KV blocks too: the one object both the metrics and the
-memory triggers read. Under Ray Serve (a replica set ``NIGHTJAR_SERVE_CONTEXT``) the
-scheduler starts the Serve link, a background thread that joins the Ray
-cluster, pools statistics with the policy actor and exports the metrics; the
-step loop never waits on it (docs/serve.md, "The process boundary").
+memory triggers read. When the engine arguments name a start hook
+(``engine/args.py``, ``START_HOOK_KEY``; Ray Serve's builder names its link), the
+scheduler calls it once with its config and step driver; under Serve it starts a
+background thread that joins the Ray cluster, pools statistics with the policy actor
+and exports the metrics; the step loop never waits on it (docs/serve.md, "The process
+boundary"). The engine imports nothing from ``serve/``.
 """
 
 from __future__ import annotations
 
-import os
+import importlib
 import time
 from typing import IO, Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from nightjar_ray.engine.compaction import CompactionCycle
-from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.draft_cycle import DraftCycle
-from nightjar_ray.engine.elastic_pool import ElasticBlockPool
-from nightjar_ray.engine.lag import DraftLagTracker
-from nightjar_ray.engine.memory_controller import ElasticController
-from nightjar_ray.engine.memory_event import EVENT_ATTR, STATS_ATTR, MemoryEvent
-from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.engine.worker_memory import DRAFT_EVENTS_ATTR, DRAFT_READY_ATTR, MAX_BLOCKS_ATTR
-from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
-from nightjar_ray.policy.draft_gate import (
+from nightjar_ray.driver.draft_gate import (
     DEFAULT_DRAFT_COST_RATIO,
     approx_num_params,
     remaining_after_step,
 )
-from nightjar_ray.serve.context import SERVE_CONTEXT_ENV
+from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.engine.args import START_HOOK_KEY
+from nightjar_ray.engine.block_pool import ElasticBlockPool
+from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig
+from nightjar_ray.engine.lag import DraftLagTracker
+from nightjar_ray.engine.messages import (
+    DraftEventCounts,
+    StepMessage,
+    attach_step_message,
+    read_worker_report,
+)
+from nightjar_ray.memory.controller import ControllerParams, ElasticController
+from nightjar_ray.memory.cycles import CompactionCycle, DraftCycle
+from nightjar_ray.memory.events import MemoryEvent
+from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
 
 def _open_log(path: str | None) -> IO[str] | None:
@@ -63,6 +69,26 @@ def _num_params(hf_config: Any) -> int | None:
         )
     except (AttributeError, TypeError):
         return None
+
+
+def controller_params(config: ElasticMemoryConfig) -> ControllerParams:
+    """The memory controller's settings from the user's ``elastic_memory`` block."""
+    return ControllerParams(
+        tau_low_fraction=config.tau_low_fraction,
+        expand_persist_steps=config.expand_persist_steps,
+        contract_persist_steps=config.contract_persist_steps,
+        offload_outvalued=config.offload_outvalued,
+    )
+
+
+def run_start_hook(additional_config: Any, config: NightjarConfig, driver: StepDriver) -> Any:
+    """Call the hook ``"module:function"`` named under ``START_HOOK_KEY`` (if any) with
+    the engine's config and step driver; returns what it returns (kept alive)."""
+    path = (additional_config or {}).get(START_HOOK_KEY)
+    if not path:
+        return None
+    module, _, name = str(path).partition(":")
+    return getattr(importlib.import_module(module), name)(config, driver)
 
 
 def draft_cost_ratio(vllm_config: Any) -> float:
@@ -95,12 +121,12 @@ class NightjarScheduler(Scheduler):
         self.telemetry = EngineTelemetry(
             self.num_spec_tokens, draft_resident=self.num_spec_tokens > 0
         )
-        self.nightjar = Stepper(
+        self.step_driver = StepDriver(
             cfg.build_policy(),
             gamma_cap=self.num_spec_tokens,
             clock=time.perf_counter,
-            count_scheduled=cfg.batch_size_rule == "scheduled",
-            observation_rule=cfg.observation_rule,
+            count_scheduled=cfg.testing.batch_size_rule == "scheduled",
+            observation_rule=cfg.testing.observation_rule,
             log_file=_open_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
             telemetry=self.telemetry,
@@ -110,11 +136,15 @@ class NightjarScheduler(Scheduler):
         self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
         # NOTE: the KV gauges exist from start: an idle engine never schedules.
         self.telemetry.set_load(self.load_snapshot())
-        self.serve_link = self._start_serve_link()
+        self.start_hook_result = (
+            run_start_hook(vllm_config.additional_config, cfg, self.step_driver)
+            if self.num_spec_tokens > 0
+            else None
+        )
         self._tracks_lag = cfg.draft_sync != "stock"
         spec = vllm_config.speculative_config
         drafts = getattr(spec, "method", None) == "draft_model"
-        self._gates = self._tracks_lag and drafts and self.nightjar.policy.draft_gate
+        self._gates = self._tracks_lag and drafts and self.step_driver.policy.draft_gate
         """Only a draft model skipped at gamma = 0 saves work when the draft gate stops;
         a policy that does not opt in is spared the per-request sums."""
         self.draft_lag = DraftLagTracker()
@@ -124,12 +154,14 @@ class NightjarScheduler(Scheduler):
         self.compaction = self._build_compaction()
         elastic = cfg.elastic_memory
         speculates = self.num_spec_tokens > 0
-        steps = elastic.chaos_offload_steps
+        steps = cfg.testing.chaos_offload_steps
         self.draft_cycle = DraftCycle(steps) if steps and speculates else None
-        self.memory = (
+        block_pool = self.kv_cache_manager.block_pool
+        self.memory_controller = (
             ElasticController(
-                self.kv_cache_manager.block_pool,
-                elastic,
+                lambda num_max_blocks: ElasticBlockPool(block_pool, num_max_blocks),
+                block_pool.num_gpu_blocks,
+                controller_params(elastic),
                 self.telemetry,
                 max_num_reqs=self.max_num_running_reqs,
             )
@@ -138,7 +170,7 @@ class NightjarScheduler(Scheduler):
         )
 
     def _build_compaction(self) -> CompactionCycle | None:
-        cfg = self.nightjar_config.elastic_memory
+        cfg = self.nightjar_config.testing
         if cfg.chaos_cycle_steps is None:
             return None
         pool = self.kv_cache_manager.block_pool
@@ -146,14 +178,6 @@ class NightjarScheduler(Scheduler):
         return CompactionCycle(
             elastic, cfg.chaos_region_blocks, cfg.chaos_cycle_steps, telemetry=self.telemetry
         )
-
-    def _start_serve_link(self) -> Any:
-        raw = os.environ.get(SERVE_CONTEXT_ENV)
-        if not raw or self.num_spec_tokens == 0:
-            return None
-        from nightjar_ray.serve.link import start_serve_link
-
-        return start_serve_link(raw, self.nightjar_config, self.nightjar)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
@@ -163,33 +187,31 @@ class NightjarScheduler(Scheduler):
         out = super().schedule(*args, **kwargs)
         load = self.load_snapshot()
         self.telemetry.set_load(load)
-        if self.memory is not None:
-            self.memory.after_schedule(
-                load, self.nightjar.sd_disabled, *self.nightjar.draft_value()
+        if self.memory_controller is not None:
+            self.memory_controller.after_schedule(
+                load, self.step_driver.sd_disabled, *self.step_driver.draft_value()
             )
-        self._attach_memory_event(out, event)
+        attach_step_message(out, StepMessage(event or None, self._memory_counts()))
         return out
 
     def _memory_event(self) -> MemoryEvent:
         """This step boundary's memory work (controller or chaos cycles)."""
         event = MemoryEvent()
-        for driver in (self.memory, self.compaction, self.draft_cycle):
+        for driver in (self.memory_controller, self.compaction, self.draft_cycle):
             if driver is not None:
                 event = event.merge(driver.before_schedule())
         return event
 
-    def _attach_memory_event(self, out: Any, event: MemoryEvent) -> None:
-        """What the workers apply before this step's forward pass (``worker_memory.py``)."""
-        if event:
-            setattr(out, EVENT_ATTR, event)
-        stats: dict[str, Any] = {
+    def _memory_counts(self) -> dict[str, Any]:
+        """The scheduler's cumulative memory counts, sent to the workers with each step."""
+        counts: dict[str, Any] = {
             "num_preemptions": self.num_preemptions,
             "memory_events": {k: list(v) for k, v in self.telemetry.memory_events.items()},
         }
-        for driver in (self.memory, self.compaction, self.draft_cycle):
+        for driver in (self.memory_controller, self.compaction, self.draft_cycle):
             if driver is not None:
-                stats.update(driver.stats.to_json())
-        setattr(out, STATS_ATTR, stats)
+                counts.update(driver.stats.to_json())
+        return counts
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> None:
         self.num_preemptions += 1
@@ -198,7 +220,7 @@ class NightjarScheduler(Scheduler):
     @property
     def draft_away(self) -> bool:
         """The draft is offloaded or reloading (elastic memory or the chaos cycle)."""
-        if self.memory is not None and self.memory.draft_away:
+        if self.memory_controller is not None and self.memory_controller.draft_away:
             return True
         return self.draft_cycle is not None and not self.draft_cycle.resident
 
@@ -224,7 +246,9 @@ class NightjarScheduler(Scheduler):
             starts, out.finished_req_ids, out.scheduled_cached_reqs.resumed_req_ids
         )
         batch = self._step_batch(out, starts)
-        gamma = self.nightjar.on_schedule(batch, self._schedule_start_s, draft_away=self.draft_away)
+        gamma = self.step_driver.on_schedule(
+            batch, self._schedule_start_s, draft_away=self.draft_away
+        )
         out.num_spec_tokens_to_schedule = gamma
         if self._tracks_lag:
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)
@@ -273,33 +297,33 @@ class NightjarScheduler(Scheduler):
                 continue
             num_draft += len(drafts)
             num_accepted += min(len(sampled[i]) - 1, len(drafts))
-        self.nightjar.on_output(num_tokens, num_draft, num_accepted)
-        self._count_catch_up(runner_output)
-        self._count_draft_events(getattr(runner_output, DRAFT_EVENTS_ATTR, None))
-        if self.memory is not None:
-            self.memory.on_worker_output(
-                getattr(runner_output, MAX_BLOCKS_ATTR, None),
-                getattr(runner_output, DRAFT_READY_ATTR, False),
-            )
+        self.step_driver.on_output(num_tokens, num_draft, num_accepted)
+        report = read_worker_report(runner_output)
+        if report is None:
+            return
+        self._count_catch_up(report.catch_up_s, report.num_catch_up_tokens)
+        self._count_draft_events(report.draft_events)
+        if self.memory_controller is not None:
+            self.memory_controller.on_worker_output(report.num_max_blocks, report.draft_ready)
 
-    def _count_draft_events(self, events: Any) -> None:
-        """Rank 0's cumulative ``((offloads, seconds), (reloads, seconds))`` into the
-        telemetry the metrics export (each kind once its count moves)."""
+    def _count_draft_events(self, events: DraftEventCounts | None) -> None:
+        """Rank 0's cumulative offloads and reloads into the telemetry the metrics export
+        (each kind once its count moves)."""
         if events is None:
             return
+        counts = (
+            (events.num_offloads, events.offload_s),
+            (events.num_reloads, events.reload_s),
+        )
         for i, kind in enumerate(("offload", "reload")):
-            (seen_n, seen_s), (now_n, now_s) = self._draft_events_seen[i], events[i]
+            (seen_n, seen_s), (now_n, now_s) = self._draft_events_seen[i], counts[i]
             if now_n > seen_n:
                 for _ in range(now_n - seen_n):
                     self.telemetry.record_memory_event(kind, (now_s - seen_s) / (now_n - seen_n))
                 self._draft_events_seen[i] = (now_n, now_s)
 
-    def _count_catch_up(self, runner_output: Any) -> None:
-        """Workers stamp their cumulative catch-up work on the output (``worker.py``)."""
-        seconds = getattr(runner_output, "nightjar_catch_up_s", None)
-        if seconds is None:
-            return
-        tokens = getattr(runner_output, "nightjar_catch_up_tokens", 0)
+    def _count_catch_up(self, seconds: float, tokens: int) -> None:
+        """Rank 0's cumulative catch-up work (its ``WorkerReport``) into the telemetry."""
         seen_s, seen_tokens = self._catch_up_seen
         if seconds < seen_s or tokens < seen_tokens:  # the worker's stats were reset
             seen_s, seen_tokens = 0.0, 0

@@ -19,7 +19,7 @@ from vllm.v1.worker.gpu_worker import Worker
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
-from nightjar_ray.engine.memory_event import STATS_ATTR
+from nightjar_ray.engine.messages import WorkerReport, attach_worker_report, read_step_message
 from nightjar_ray.engine.onednn_cache import bound_onednn_cache
 from nightjar_ray.engine.worker_memory import WorkerMemory
 
@@ -38,9 +38,8 @@ class _NightjarWorkerMixin:
         """Before loading: if the draft may be offloaded, keep the weights vLLM's CPU
         backend prepacks and drops while the drafter loads (``draft_prepack.py``)."""
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
-        elastic = config.elastic_memory
         drafter = getattr(self.model_runner, "drafter", None)
-        if (elastic.enabled or elastic.chaos_offload_steps) and hasattr(drafter, "load_model"):
+        if config.offloads_draft and hasattr(drafter, "load_model"):
             self._prepack = PrepackCapture()
             self._prepack.wrap_drafter(drafter)
 
@@ -48,19 +47,25 @@ class _NightjarWorkerMixin:
         if self.vllm_config.speculative_config is None:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
-        self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync)
-        if config.elastic_memory.any_enabled:
+        self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync_mode)
+        if config.moves_memory:
             self._memory = WorkerMemory(
-                self.model_runner, config.elastic_memory, self._nightjar_sync, self._prepack
+                self.model_runner,
+                config.elastic_memory,
+                self._nightjar_sync,
+                self._prepack,
+                config.testing,
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The scheduler's memory event for this step, before vLLM updates its states."""
         scheduler_output = args[0] if args else kwargs.get("scheduler_output")
-        stats = getattr(scheduler_output, STATS_ATTR, None)
-        self._scheduler_stats = stats if stats is not None else self._scheduler_stats
+        message = read_step_message(scheduler_output)
+        if message is None:
+            return
+        self._scheduler_stats = message.scheduler_counts
         if self._memory is not None:
-            self._memory.apply(scheduler_output)
+            self._memory.apply(message.memory_event)
 
     def nightjar_memory_stats(self) -> dict[str, Any]:
         """This rank's elastic-memory counts (``WorkerMemory.stats``) and, under
@@ -70,14 +75,14 @@ class _NightjarWorkerMixin:
         return {**stats, "scheduler": self._scheduler_stats or {}}
 
     def _stamp(self, output: Any) -> Any:
-        """Put this worker's cumulative catch-up work on a step output for the scheduler
-        (its metrics); rank 0's output is the one the scheduler sees."""
+        """Attach this worker's :class:`WorkerReport` to a step output for the scheduler;
+        rank 0's output is the one the scheduler sees."""
         if self._nightjar_sync is not None and isinstance(output, ModelRunnerOutput):
             stats = self._nightjar_sync.stats
-            output.nightjar_catch_up_s = stats.catch_up_s
-            output.nightjar_catch_up_tokens = stats.num_catch_up_tokens
+            report = WorkerReport(stats.catch_up_s, stats.num_catch_up_tokens)
             if self._memory is not None:
-                self._memory.stamp(output)
+                report = self._memory.report(report)
+            attach_worker_report(output, report)
         return output
 
     def nightjar_draft_stats(self) -> dict[str, Any]:

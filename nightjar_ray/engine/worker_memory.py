@@ -2,20 +2,20 @@
 
 Installed after vLLM's warm-up (no request holds a block yet) when any elastic-memory
 option is on. Per step, before the forward pass, :meth:`WorkerMemory.apply` runs the
-event's parts in order (``memory_event.py``): block moves, page release, draft commands.
+event's parts in order (``memory/events.py``): block moves, page release, draft commands.
 Every rank runs the same event at the same step, so TP ranks agree on residency and
 block count by construction; :meth:`stats` lets tests check that they do.
 
-The worker also reports two facts on each step's output for the scheduler (rank 0's
-output is the one it reads): ``nightjar_num_max_blocks`` (N_max, computed from this
-rank's KV pages and draft weights, ``kv_rebind.num_max_blocks``),
-``nightjar_draft_ready`` (a background reload has finished loading) and
-``nightjar_draft_events`` (cumulative offloads and reloads with the step loop's time in
-them, which the scheduler counts into the telemetry the metrics export).
+The worker also states three facts in its :class:`WorkerReport` on each step's output
+(rank 0's is the one the scheduler reads): N_max (computed from this rank's KV pages and
+draft weights, ``kv_rebind.num_max_blocks``), whether a background reload has finished
+loading, and the cumulative offloads and reloads with the step loop's time in them, which
+the scheduler counts into the telemetry the metrics export.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from nightjar_ray.engine.block_remap import apply_block_moves
@@ -24,12 +24,10 @@ from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import kv_layer_order, num_max_blocks, rebind_kv_to_arena
-from nightjar_ray.engine.memory_event import EVENT_ATTR, MemoryEvent
+from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
+from nightjar_ray.engine.testing_config import TestingConfig
+from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
-
-MAX_BLOCKS_ATTR = "nightjar_num_max_blocks"
-DRAFT_READY_ATTR = "nightjar_draft_ready"
-DRAFT_EVENTS_ATTR = "nightjar_draft_events"
 
 
 class WorkerMemory:
@@ -41,7 +39,9 @@ class WorkerMemory:
         config: ElasticMemoryConfig,
         sync: DraftSync,
         prepack: PrepackCapture | None = None,
+        testing: TestingConfig | None = None,
     ) -> None:
+        testing = testing or TestingConfig()
         self.runner = model_runner
         self.sync = sync
         self.mover = build_block_mover(config.block_mover)
@@ -51,20 +51,20 @@ class WorkerMemory:
         self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
         self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
         self.num_blocks = self.num_stock_blocks
-        """The pool's size as of the last event this rank applied."""
+        """The block pool's size as of the last event this rank applied."""
         self.history: list[list[Any]] = []
         """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
         self.offloader: DraftOffloader | None = None
-        if (config.enabled or config.chaos_offload_steps) and hasattr(drafter, "model"):
+        if (config.enabled or testing.chaos_offload_steps) and hasattr(drafter, "model"):
             self.offloader = DraftOffloader(
                 drafter.model,
                 model_runner.model,
-                verify=config.self_check,
-                reload_delay_s=config.chaos_reload_delay_s,
+                verify=testing.self_check,
+                reload_delay_s=testing.chaos_reload_delay_s,
                 prepack=prepack,
             )
-        self.self_check = config.self_check
+        self.self_check = testing.self_check
         self.peak_committed_bytes = 0
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
@@ -82,13 +82,12 @@ class WorkerMemory:
         self.target_kv_indices = tuple(order[p] for p in self.target_positions)
         """Positions in ``model_runner.kv_caches`` of the target's layers."""
 
-    def apply(self, scheduler_output: Any) -> None:
+    def apply(self, event: MemoryEvent | None) -> None:
         """This step's event, before the forward pass (and before vLLM's state update).
 
         NOTE: while the draft is away its KV is garbage (rebuilt by the catch-up after
         the reload), so block moves and releases leave the draft's layers alone; reading
         or writing them would commit pages the offload gave back."""
-        event: MemoryEvent | None = getattr(scheduler_output, EVENT_ATTR, None)
         if event is None:
             return
         if event.moves:
@@ -104,7 +103,7 @@ class WorkerMemory:
         if event.num_blocks is not None:
             if event.num_blocks > self.arena.num_slot_blocks:
                 raise RuntimeError(
-                    f"the pool grew to {event.num_blocks} blocks; this rank's arena holds "
+                    f"the block pool grew to {event.num_blocks} blocks; this rank's arena holds "
                     f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
                 )
             self.num_blocks = event.num_blocks
@@ -143,17 +142,18 @@ class WorkerMemory:
         on_device = draft is not None and (draft.resident or loading)
         return self.arena.resident_bytes() + (draft.draft_bytes if draft and on_device else 0)
 
-    def stamp(self, output: Any) -> None:
-        """Facts the scheduler reads from rank 0's step output (module docstring)."""
+    def report(self, report: WorkerReport) -> WorkerReport:
+        """``report`` with the facts the scheduler reads from rank 0's step output."""
         if self.self_check:
             self.peak_committed_bytes = max(self.peak_committed_bytes, self.committed_bytes())
-        setattr(output, MAX_BLOCKS_ATTR, self.num_max_blocks)
         ready = self.offloader is not None and self.offloader.reload_ready()
-        setattr(output, DRAFT_READY_ATTR, ready)
+        events = None
         if self.offloader is not None:
             d = self.offloader.stats
-            events = ((d.num_offloads, d.offload_s), (d.num_reloads, d.reload_s))
-            setattr(output, DRAFT_EVENTS_ATTR, events)
+            events = DraftEventCounts(d.num_offloads, d.offload_s, d.num_reloads, d.reload_s)
+        return replace(
+            report, num_max_blocks=self.num_max_blocks, draft_ready=ready, draft_events=events
+        )
 
     def stats(self) -> dict[str, Any]:
         """Blocks this rank moved, table entries it rewrote, bytes it released, its

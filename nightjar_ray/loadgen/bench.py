@@ -21,16 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.arrivals import Step, poisson
 from nightjar_ray.loadgen.client import RunResult, run_open_loop
 from nightjar_ray.loadgen.summary import summarize
-from nightjar_ray.loadgen.trace import TraceScaling, load_trace, scale_segment
 from nightjar_ray.loadgen.workload import (
     LengthRange,
-    RequestSpec,
+    TraceScaling,
+    scale_segment,
     synthetic_requests,
     trace_requests,
 )
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.arrivals import Step, poisson
+from nightjar_ray.workload.trace import read_trace
 
 BASELINE = "off"
 CONTROL = "off-aa"
@@ -81,7 +83,7 @@ def _burst(capacity: float, seed: int, duration: float, vocab: int) -> list[Requ
 
 
 def _trace(path: Path) -> Callable[..., Any]:
-    trace = load_trace(path)
+    trace = read_trace(path)
     mean_rps = len(trace) / max(trace[-1].arrival_s, 1.0)
 
     def build(capacity: float, seed: int, duration: float, vocab: int) -> list[RequestSpec]:
@@ -172,8 +174,8 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BenchResult:
-        """A saved ``bench-serve.json`` (``meta`` is skipped). Runs saved before waves
-        existed carry no tags: they become wave 0, round = position, as they ran."""
+        """A saved ``bench-serve.json`` (``meta`` is skipped). A run without wave and
+        round tags is wave 0, its round its position in the list."""
         out = cls()
         for scenario, by in data.items():
             if scenario == "meta":

@@ -1,6 +1,6 @@
 """Faults under load: run open-loop load, inject a fault at a set time, report what broke.
 
-The fault and the recovery check are callables (``nightjar_ray.serve.faults`` provides the
+The fault and the recovery check are callables (``nightjar_ray.cli.faults`` provides the
 Ray ones: kill the policy actor, kill one replica), so this module stays free of Ray. The
 requests cycle over a few prompts whose greedy outputs are recorded once before the run;
 every successful request's text is compared with its prompt's reference, so a fault that
@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nightjar_ray.loadgen.arrivals import poisson
 from nightjar_ray.loadgen.client import RunResult, run_open_loop
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import Prompt, RequestSpec
+from nightjar_ray.workload.arrivals import poisson
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ChaosReport:
     num_mismatched: int
     """Successful requests whose text differs from their prompt's greedy reference."""
     mismatched: tuple[tuple[int, str, str], ...] = ()
-    """(request index, its text, the reference) of each mismatch."""
+    """(request ``req_id``, its text, the reference) of each mismatch."""
 
 
 def chaos_requests(
@@ -44,20 +44,24 @@ def chaos_requests(
 ) -> list[RequestSpec]:
     """Poisson arrivals cycling over ``prompts`` (each request's prompt is index % len)."""
     times = poisson(rate_rps).times(duration_s, random.Random(seed))
-    return [RequestSpec(i, t, prompts[i % len(prompts)], max_tokens) for i, t in enumerate(times)]
+    return [_spec(i, t, prompts[i % len(prompts)], max_tokens) for i, t in enumerate(times)]
+
+
+def _spec(req_id: int, arrival_s: float, prompt: tuple[int, ...], max_tokens: int) -> RequestSpec:
+    return RequestSpec(req_id, arrival_s, len(prompt), max_tokens, prompt)
 
 
 def reference_texts(
     url: str, model: str, prompts: list[tuple[int, ...]], max_tokens: int
-) -> dict[tuple[int, ...], str]:
+) -> dict[Prompt, str]:
     """Each prompt's greedy output, one request at a time, before any fault."""
-    specs = [RequestSpec(i, 0.0, p, max_tokens) for i, p in enumerate(prompts)]
-    out = {}
-    for spec in specs:
+    out: dict[Prompt, str] = {}
+    for i, prompt in enumerate(prompts):
+        spec = _spec(i, 0.0, prompt, max_tokens)
         (record,) = asyncio.run(run_open_loop(url, model, [spec])).records
         if not record.ok:
             raise RuntimeError(f"reference request failed: {record.status} {record.error}")
-        out[spec.prompt_token_ids] = record.text
+        out[prompt] = record.text or ""
     return out
 
 
@@ -81,7 +85,7 @@ def run_chaos(
     url: str,
     model: str,
     requests: list[RequestSpec],
-    references: dict[tuple[int, ...], str],
+    references: dict[Prompt, str],
     fault: Callable[[], None],
     recovered: Callable[[], bool],
     fault_at_s: float,
@@ -96,12 +100,12 @@ def run_chaos(
     injector.start()
     run = asyncio.run(run_open_loop(url, model, requests))
     injector.join()
-    prompt_of = {s.index: s.prompt_token_ids for s in requests}
+    reference_of = {s.req_id: references[s.prompt] for s in requests if s.prompt is not None}
     ok = [r for r in run.records if r.ok]
     mismatched = tuple(
-        (r.index, r.text, references[prompt_of[r.index]])
+        (r.req_id, r.text or "", reference_of[r.req_id])
         for r in ok
-        if r.text != references[prompt_of[r.index]]
+        if r.text != reference_of[r.req_id]
     )
     failed = [r.status for r in run.records if not r.ok]
     fault_at = times.get("fault_at_s", float("nan"))

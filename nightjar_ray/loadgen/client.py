@@ -1,9 +1,13 @@
-"""Open-loop dispatch: every request is sent at its arrival time, whatever is in flight.
+"""The load generator's streaming client (aiohttp), and open-loop dispatch.
 
 Each request streams (``/v1/completions``, greedy, ``ignore_eos``) and records when it was
-sent, when each chunk came (TTFT, inter-token latencies per chunk, as ``vllm bench serve``
-measures them), its token counts from the final usage chunk, its text, and its status. A
-failed request is a record with ``status != "ok"``, never a missing one.
+sent, when each chunk with text came (TTFT, inter-token latencies per chunk, as ``vllm
+bench serve`` measures them), its token counts from the final usage chunk, its text, and
+its status. A failed request is a record with ``status != "ok"``, never a missing one: a
+stream is ``ok`` only if it produced tokens, reached a finish reason and carried no error
+event (a replica dying mid-stream ends it early or with an error).
+
+Open loop: every request is sent at its arrival time, whatever is in flight.
 """
 
 from __future__ import annotations
@@ -12,45 +16,17 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import RequestRecord, RequestSpec
 
-
-@dataclass
-class RequestRecord:
-    """One request's outcome; times in seconds from the run's start."""
-
-    index: int
-    arrival_s: float
-    num_prompt_tokens: int
-    max_tokens: int
-    status: str = "pending"
-    """``ok``, ``http_<code>`` or ``error``."""
-    start_s: float = 0.0
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
-    num_output_tokens: int = 0
-    text: str = ""
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Time per output token after the first (``vllm bench serve``'s TPOT)."""
-        if not self.ok or self.num_output_tokens < 2 or self.ttft_s is None or self.e2e_s is None:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.num_output_tokens - 1)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+COMPLETIONS_PATH = "/v1/completions"
+READ_BUFFER_BYTES = 2**20
+"""Longest line of the event stream that is read whole (vLLM's chunks are a few hundred
+bytes)."""
 
 
 @dataclass
@@ -62,11 +38,28 @@ class RunResult:
     duration_s: float
 
 
+def open_session(timeout_s: float = 600.0) -> aiohttp.ClientSession:
+    """A session for many concurrent streams: no connection limit; ``timeout_s`` to
+    connect and between two reads. Open it inside the event loop that uses it."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s),
+        read_bufsize=READ_BUFFER_BYTES,
+    )
+
+
+def completions_url(base_url: str) -> str:
+    """The completions endpoint under ``base_url`` (which may carry a route prefix)."""
+    return base_url.rstrip("/") + COMPLETIONS_PATH
+
+
 def _body(model: str, spec: RequestSpec, extra: dict[str, Any]) -> dict[str, Any]:
+    if spec.prompt is None:
+        raise ValueError(f"request {spec.req_id} has no prompt to send")
     return {
         "model": model,
-        "prompt": list(spec.prompt_token_ids),
-        "max_tokens": spec.max_tokens,
+        "prompt": spec.prompt if isinstance(spec.prompt, str) else list(spec.prompt),
+        "max_tokens": spec.num_output_tokens,
         "temperature": 0.0,
         "ignore_eos": True,
         "stream": True,
@@ -75,59 +68,121 @@ def _body(model: str, spec: RequestSpec, extra: dict[str, Any]) -> dict[str, Any
     }
 
 
-async def _stream(
-    client: httpx.AsyncClient, body: dict[str, Any], record: RequestRecord, t0: float
-) -> None:
-    async with client.stream("POST", "/v1/completions", json=body) as resp:
-        if resp.status_code != 200:
-            text = (await resp.aread()).decode(errors="replace")
-            record.status, record.error = f"http_{resp.status_code}", text[:500]
-            return
-        last, finished, error = None, False, ""
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            now = time.perf_counter() - t0
-            error = error or (json.dumps(chunk["error"])[:500] if "error" in chunk else "")
-            choice = chunk["choices"][0] if chunk.get("choices") else {}
-            if choice.get("text"):
-                if last is None:
-                    record.ttft_s = now - record.start_s
-                else:
-                    record.itl_s.append(now - last)
-                last = now
-                record.text += choice["text"]
-            finished = finished or bool(choice.get("finish_reason"))
-            if chunk.get("usage"):
-                record.num_output_tokens = int(chunk["usage"]["completion_tokens"])
-        record.e2e_s = time.perf_counter() - t0 - record.start_s
+@dataclass
+class _Stream:
+    """What one response stream showed so far; times in seconds from the run's start."""
+
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    text: str = ""
+    num_prompt_tokens: int | None = None
+    num_output_tokens: int = 0
+    finished: bool = False
+    error: str = ""
+
+    def add(self, chunk: dict[str, Any], now_s: float) -> None:
+        """One ``data:`` event of the stream, received at ``now_s``."""
+        if "error" in chunk and not self.error:
+            self.error = json.dumps(chunk["error"])[:500]
+        choice = chunk["choices"][0] if chunk.get("choices") else {}
+        if choice.get("text"):
+            if self.last_token_s is None:
+                self.first_token_s = now_s
+            else:
+                self.itl_s.append(now_s - self.last_token_s)
+            self.last_token_s = now_s
+            self.text += choice["text"]
+        self.finished = self.finished or bool(choice.get("finish_reason"))
+        if chunk.get("usage"):
+            self.num_output_tokens = int(chunk["usage"]["completion_tokens"])
+            if "prompt_tokens" in chunk["usage"]:
+                self.num_prompt_tokens = int(chunk["usage"]["prompt_tokens"])
+
+    def outcome(self) -> tuple[str, str]:
+        """(status, error) of a stream that ended (module docstring)."""
         # NOTE: tokens that decode to no text yet (a partial UTF-8 sequence held back by
         # the detokenizer) stream as empty chunks; usage still counts them.
-        _finish(record, last is not None or record.num_output_tokens > 0, finished, error)
+        streamed = self.last_token_s is not None or self.num_output_tokens > 0
+        if self.error or not streamed or not self.finished:
+            return "error", self.error or (
+                "no tokens streamed" if not streamed else "stream cut short"
+            )
+        return "ok", ""
 
 
-def _finish(record: RequestRecord, streamed: bool, finished: bool, error: str) -> None:
-    """A stream is ``ok`` only if it produced tokens, reached a finish reason and carried
-    no error event (a replica dying mid-stream ends it early or with an error)."""
-    if error or not streamed or not finished:
-        record.status = "error"
-        record.error = error or ("no tokens streamed" if not streamed else "stream cut short")
-    else:
-        record.status = "ok"
+async def _read_stream(resp: aiohttp.ClientResponse, stream: _Stream, t0: float) -> None:
+    async for raw in resp.content:
+        line = raw.rstrip(b"\r\n")
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        stream.add(json.loads(line[6:]), time.perf_counter() - t0)
 
 
 async def send(
-    client: httpx.AsyncClient, model: str, spec: RequestSpec, t0: float, extra: dict[str, Any]
+    session: aiohttp.ClientSession,
+    url: str,
+    model: str,
+    spec: RequestSpec,
+    t0: float,
+    extra: dict[str, Any] | None = None,
 ) -> RequestRecord:
-    """Send ``spec`` now; always returns a record (failures included)."""
-    record = RequestRecord(spec.index, spec.arrival_s, len(spec.prompt_token_ids), spec.max_tokens)
-    record.start_s = time.perf_counter() - t0
+    """Stream ``spec`` to the completions endpoint ``url`` now; times in seconds from the
+    ``time.perf_counter()`` reading ``t0``. Always returns a record (failures included)."""
+    body = _body(model, spec, extra or {})
+    stream, finish_s = _Stream(), None
+    sent_s = time.perf_counter() - t0
     try:
-        await _stream(client, _body(model, spec, extra), record, t0)
-    except (httpx.HTTPError, json.JSONDecodeError, KeyError, ValueError) as e:
-        record.status, record.error = "error", repr(e)[:500]
-    return record
+        async with session.post(url, json=body) as resp:
+            if resp.status != 200:
+                text = (await resp.read()).decode(errors="replace")
+                status, error = f"http_{resp.status}", text[:500]
+            else:
+                await _read_stream(resp, stream, t0)
+                finish_s = time.perf_counter() - t0
+                status, error = stream.outcome()
+    except (
+        aiohttp.ClientError,
+        asyncio.TimeoutError,
+        json.JSONDecodeError,
+        KeyError,
+        ValueError,
+    ) as e:
+        status, error = "error", repr(e)[:500]
+    return RequestRecord(
+        req_id=spec.req_id,
+        arrival_s=spec.arrival_s,
+        sent_s=sent_s,
+        num_prompt_tokens=(
+            spec.num_prompt_tokens if stream.num_prompt_tokens is None else stream.num_prompt_tokens
+        ),
+        num_output_tokens=stream.num_output_tokens,
+        first_token_s=stream.first_token_s,
+        finish_s=finish_s,
+        status=status,
+        error=error,
+        max_tokens=spec.num_output_tokens,
+        itl_s=tuple(stream.itl_s),
+        text=stream.text,
+    )
+
+
+def record_json(record: RequestRecord) -> dict[str, Any]:
+    """One line of ``records.jsonl`` (the load generator's keys; times in seconds)."""
+    return {
+        "index": record.req_id,
+        "arrival_s": record.arrival_s,
+        "num_prompt_tokens": record.num_prompt_tokens,
+        "max_tokens": record.max_tokens,
+        "status": record.status,
+        "start_s": record.sent_s,
+        "ttft_s": record.ttft_s,
+        "e2e_s": record.e2e_s,
+        "itl_s": list(record.itl_s),
+        "num_output_tokens": record.num_output_tokens,
+        "text": record.text or "",
+        "error": record.error,
+    }
 
 
 async def run_open_loop(
@@ -139,14 +194,13 @@ async def run_open_loop(
     extra_body: dict[str, Any] | None = None,
 ) -> RunResult:
     """Send each request at its ``arrival_s``; wait for all; records in arrival order."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-    timeout = httpx.Timeout(timeout_s)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+    url = completions_url(base_url)
+    async with open_session(timeout_s) as session:
         start_unix, t0 = time.time(), time.perf_counter()
 
         async def one(spec: RequestSpec) -> RequestRecord:
             await asyncio.sleep(max(0.0, spec.arrival_s - (time.perf_counter() - t0)))
-            record = await send(client, model, spec, t0, extra_body or {})
+            record = await send(session, url, model, spec, t0, extra_body)
             on_record(record)
             return record
 

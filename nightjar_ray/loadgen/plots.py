@@ -13,20 +13,24 @@ import math
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.client import RunResult
+from nightjar_ray.workload import RequestRecord
 
 
 def throughput_series(
     records: list[RequestRecord], bin_s: float
 ) -> tuple[list[float], list[float]]:
     """(bin start times, output tokens/s per bin) over the run."""
-    ok = [r for r in records if r.ok and r.ttft_s is not None and r.e2e_s is not None]
-    end = max((r.start_s + (r.e2e_s or 0.0) for r in ok), default=0.0)
+    ok = [
+        (r.first_token_s, r.finish_s, r.num_output_tokens)
+        for r in records
+        if r.ok and r.first_token_s is not None and r.finish_s is not None
+    ]
+    end = max((last for _, last, _ in ok), default=0.0)
     bins = [0.0] * (int(end / bin_s) + 1)
-    for r in ok:
-        first, last = r.start_s + (r.ttft_s or 0.0), r.start_s + (r.e2e_s or 0.0)
-        for k in range(r.num_output_tokens):
-            t = first + (last - first) * (k / max(1, r.num_output_tokens - 1))
+    for first, last, num_output_tokens in ok:
+        for k in range(num_output_tokens):
+            t = first + (last - first) * (k / max(1, num_output_tokens - 1))
             bins[min(int(t / bin_s), len(bins) - 1)] += 1
     return [i * bin_s for i in range(len(bins))], [b / bin_s for b in bins]
 

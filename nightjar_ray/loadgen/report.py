@@ -1,6 +1,8 @@
 """The benchmark report: a table like the paper's Tables 4 and 5 (throughput and mean E2E
 latency per policy and scenario, as paired ratios to ``off``), the A/A resolution, and a
-plot. Written between markers in ``docs/benchmarks.md`` so the command regenerates it.
+plot. :func:`write_section` puts it between the ``START`` and ``END`` markers of a
+markdown file (``bench-serve --report``; docs/benchmarks.md, "Serving: policies side by
+side"), so a rerun replaces it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightjar_ray.loadgen.client import RunResult, run_open_loop
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 
 PROCESS_KINDS: dict[str, str] = {
     "ray::ServeReplica": "serve_replica",
@@ -176,7 +176,8 @@ def run_soak(
 
 @dataclass(frozen=True)
 class SoakReport:
-    """What the soak found (module docstring); ``ok`` is the issue's goal."""
+    """What the soak found (module docstring). ``ok``: no request failed, every KV block
+    came back once idle, and the RSS trend is within ``max_trend_fraction``."""
 
     duration_s: float
     num_requests: int

@@ -14,7 +14,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.client import RunResult
+from nightjar_ray.workload import RequestRecord
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
 PERCENTILES = (90, 99)

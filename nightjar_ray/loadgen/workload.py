@@ -1,31 +1,30 @@
 """What each request asks for: arrival time, prompt (token IDs) and output length.
 
-Prompts are lists of token IDs (the OpenAI completions API accepts them), so prompt
-lengths are exact for any model without loading its tokenizer; outputs are forced to
-their length with ``ignore_eos`` (vLLM's extension), as ``vllm bench serve`` does for its
-random dataset.
+Prompts are token IDs (the OpenAI completions API accepts them), so prompt lengths are
+exact for any model without loading its tokenizer; outputs are forced to their length
+with ``ignore_eos`` (vLLM's extension), as ``vllm bench serve`` does for its random
+dataset. Requests are synthetic (an arrival process, uniform lengths) or a segment of a
+production trace (read by :func:`nightjar_ray.workload.trace.read_trace`) fitted to this
+machine in three independent ways:
+
+- **time**: ``speedup`` divides the trace's clock (2 = a 20-minute segment replays in 10);
+- **rate**: ``sample`` keeps each request with that probability (seeded), which lowers the
+  rate but keeps the trace's shape (its bursts and lulls) over time;
+- **tokens**: ``token_scale`` divides prompt and output lengths, then clamps them to
+  ``[1, max_*_tokens]``.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from nightjar_ray.loadgen.arrivals import ArrivalProcess
-from nightjar_ray.loadgen.trace import TraceRequest
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.arrivals import ArrivalProcess
 
 FIRST_TOKEN_ID = 10
 """Token IDs are drawn from ``[FIRST_TOKEN_ID, vocab_size)`` (skips special tokens)."""
-
-
-@dataclass(frozen=True)
-class RequestSpec:
-    """One request of a run."""
-
-    index: int
-    arrival_s: float
-    prompt_token_ids: tuple[int, ...]
-    max_tokens: int
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,28 @@ class LengthRange:
         return rng.randint(self.low, self.high)
 
 
+@dataclass(frozen=True)
+class TraceScaling:
+    """How a trace segment is fitted to this machine (module docstring)."""
+
+    offset_s: float = 0.0
+    duration_s: float = 600.0
+    speedup: float = 1.0
+    sample: float = 1.0
+    token_scale: float = 1.0
+    max_prompt_tokens: int = 4096
+    max_output_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("duration_s", "speedup", "token_scale"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"trace {name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.sample <= 1:
+            raise ValueError(f"trace sample must be in (0, 1], got {self.sample}")
+        if self.offset_s < 0:
+            raise ValueError(f"trace offset_s must be >= 0, got {self.offset_s}")
+
+
 def _prompt(rng: random.Random, num_tokens: int, vocab_size: int) -> tuple[int, ...]:
     return tuple(rng.randrange(FIRST_TOKEN_ID, vocab_size) for _ in range(num_tokens))
 
@@ -56,19 +77,41 @@ def synthetic_requests(
     rng: random.Random,
 ) -> list[RequestSpec]:
     """Arrivals from ``arrivals``; lengths uniform in their ranges."""
-    return [
-        RequestSpec(i, t, _prompt(rng, prompt_len.draw(rng), vocab_size), output_len.draw(rng))
-        for i, t in enumerate(arrivals.times(duration_s, rng))
-    ]
+    out = []
+    for i, t in enumerate(arrivals.times(duration_s, rng)):
+        prompt = _prompt(rng, prompt_len.draw(rng), vocab_size)
+        out.append(RequestSpec(i, t, len(prompt), output_len.draw(rng), prompt))
+    return out
+
+
+def scale_segment(
+    trace: Sequence[RequestSpec], scaling: TraceScaling, rng: random.Random
+) -> list[RequestSpec]:
+    """The replayed requests (no prompts yet): arrivals in replay seconds, lengths scaled
+    and clamped, ``req_id`` renumbered from 0."""
+    s = scaling
+    end_s = s.offset_s + s.duration_s * s.speedup
+    out: list[RequestSpec] = []
+    for req in trace:
+        if not s.offset_s <= req.arrival_s < end_s or rng.random() >= s.sample:
+            continue
+        out.append(
+            RequestSpec(
+                len(out),
+                (req.arrival_s - s.offset_s) / s.speedup,
+                _clamp(req.num_prompt_tokens / s.token_scale, s.max_prompt_tokens),
+                _clamp(req.num_output_tokens / s.token_scale, s.max_output_tokens),
+            )
+        )
+    return out
+
+
+def _clamp(value: float, upper: int) -> int:
+    return max(1, min(upper, round(value)))
 
 
 def trace_requests(
-    segment: list[TraceRequest], vocab_size: int, rng: random.Random
+    segment: Sequence[RequestSpec], vocab_size: int, rng: random.Random
 ) -> list[RequestSpec]:
-    """A scaled trace segment (:func:`nightjar_ray.loadgen.trace.scale_segment`)."""
-    return [
-        RequestSpec(
-            i, r.arrival_s, _prompt(rng, r.num_prompt_tokens, vocab_size), r.num_output_tokens
-        )
-        for i, r in enumerate(segment)
-    ]
+    """A scaled trace segment (:func:`scale_segment`) with a prompt drawn for each request."""
+    return [replace(r, prompt=_prompt(rng, r.num_prompt_tokens, vocab_size)) for r in segment]

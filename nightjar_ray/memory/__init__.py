@@ -1,11 +1,18 @@
-"""Elastic draft memory (paper §6): triggers, migration planning and kernels, the arena.
+"""Elastic draft memory (paper §6) without vLLM: when to move memory, and how.
 
-Pure pieces shared by the engine adapter and the simulator::
+::
 
-    triggers    §6.1 expand / contract decisions with hysteresis (no torch)
-    migration   §6.3 Step 2: the one-to-one move plan below K_boundary (no torch)
+    triggers    §6.1 expand / contract decisions with hysteresis (engine and simulator)
+    migration   §6.3 Step 2: the one-to-one move plan below K_boundary (engine and simulator)
+    controller  the engine's scheduler-side controller: triggers -> one event per step
+    events      MemoryEvent: what the scheduler tells every worker at a step boundary
+    cycles      forced compaction and draft offload/reload cycles (tests, chaos runs)
+    block_pool  ResizableBlockPool: the Protocol the controller and the cycles drive
     kernels     §6.3 Step 4: moving KV blocks (PyTorch, and a Triton kernel for GPUs)
     arena       one reserved address range per device: [target KV | region R]
+
+``triggers``, ``migration``, ``controller``, ``events``, ``cycles`` and ``block_pool`` are
+pure Python (no torch).
 
 vLLM-facing code (growing vLLM's block pool, rebinding a worker's KV cache) lives in
 ``nightjar_ray.engine``, which keeps every ``vllm`` import.

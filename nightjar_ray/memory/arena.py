@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import torch
 
@@ -36,8 +37,30 @@ MAP_NORESERVE = 0x4000
 """Linux's flag (Python's ``mmap`` module does not export it before 3.13)."""
 
 
-class KVArena:
-    """A reserved, lazily committed KV buffer (see module docstring)."""
+class KVArena(Protocol):
+    """One device's KV pages for every layer, reserved for ``num_slot_blocks`` blocks and
+    backed by memory only where used (module docstring). Block ``b`` of layer ``l`` is
+    ``layer_pages(l)[b]``; a released block reads as zeros once written again."""
+
+    layout: PageLayout
+    """Per layer: byte offset of its first page and bytes per page."""
+    num_slot_blocks: int
+    """N_max: blocks reserved per layer (the largest block pool the arena can back)."""
+
+    def layer_pages(self, layer: int) -> torch.Tensor:
+        """Layer ``layer``'s pages as ``[num_slot_blocks, page_bytes]`` int8 (a view)."""
+
+    def release_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
+        """Give the memory behind blocks ``[start_block, end_block)`` of ``layers`` back;
+        returns the bytes released."""
+
+    def resident_bytes(self) -> int:
+        """Bytes of the reservation backed by memory now."""
+
+
+class CPUKVArena:
+    """The CPU :class:`KVArena`: an anonymous ``MAP_NORESERVE`` mapping, released with
+    ``madvise(MADV_DONTNEED)``."""
 
     def __init__(self, page_bytes: Sequence[int], num_slot_blocks: int) -> None:
         if num_slot_blocks < 1 or not page_bytes or min(page_bytes) <= 0:

@@ -11,13 +11,14 @@ the same :class:`ElasticTriggers`.
     RELOADING: no decision until the draft is resident (and caught up) again
 
 The gap between the two conditions (N_free < tau_low against N_free > N_region + tau_low)
-is the hysteresis: a pool that just grew by N_region blocks does not shrink back at once.
+is the hysteresis: a block pool that just grew by N_region blocks does not shrink back at once.
 
 "Outvalued" (beyond the paper, :func:`draft_outvalued`): requests wait for blocks and the
 draft's memory, as KV cache, would let the batch grow by more than speculation speeds a
 step up at this batch size, by the policy's own estimates. The paper's condition (1) waits
 for the policy to settle on gamma = 0; at a batch size it has not learned yet, the policy
-keeps trying speculative arms while the queue grows (docs/memory.md, "Outvalued").
+keeps trying speculative arms while the queue grows (docs/memory.md, "Outvalued: when the
+draft's memory is worth more as KV cache").
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("nightjar_catch_up_seconds", "counter", "Draft KV catch-up time after gamma=0."),
     MetricSpec("nightjar_catch_up_tokens", "counter", "Tokens the draft caught up over."),
     MetricSpec("nightjar_draft_resident", "gauge", "1 while the draft model is on the device."),
-    MetricSpec("nightjar_kv_blocks", "gauge", "KV cache blocks in the pool."),
+    MetricSpec("nightjar_kv_blocks", "gauge", "KV cache blocks in the block pool."),
     MetricSpec("nightjar_kv_free_blocks", "gauge", "Free KV cache blocks."),
     MetricSpec("nightjar_waiting_requests", "gauge", "Requests in the waiting queue."),
     MetricSpec("nightjar_running_requests", "gauge", "Requests running in the engine."),

@@ -69,8 +69,8 @@ class RayMetricsExporter:
     def _zero_counters(self, now: TelemetryReading) -> None:
         """Create every counter series at 0, so queries see them before they first move.
 
-        # NOTE: Prometheus practice (initialise labelled counters); ``Counter.inc`` refuses
-        # 0, so this records through the metric's ``_record`` (Ray 2.60 is pinned).
+        Prometheus practice (initialise labelled counters). ``Counter.inc`` refuses 0, so
+        this records through the metric's ``_record`` (Ray 2.60 is pinned).
         """
         labelled = {
             "nightjar_steps": [{"gamma": str(g)} for g in range(len(now.steps_by_gamma))],

@@ -1,7 +1,7 @@
 """A generated target/draft model pair with a tunable acceptance rate.
 
 Nothing can be downloaded at run time, so tests, benchmarks and the profiler
-build their models here (recipe in ``../shared/notes/verified-facts.md``)::
+build their models here::
 
     target (Llama, L layers)                draft (Llama, 1 layer)
     +-------------------------+             +-------------------------+
@@ -15,9 +15,9 @@ build their models here (recipe in ``../shared/notes/verified-facts.md``)::
 Scaling the residual-branch output projections of layers 1..L-1 by ``s``
 makes the target's deeper layers a small perturbation of layer 0, so the
 1-layer draft agrees with the target often: smaller ``s`` gives higher
-acceptance (s=0.05 is the notes' benchmark pair). ``draft="copy"`` makes
-the draft an exact copy of the target (acceptance ~1 under greedy float32),
-which the catch-up tests use.
+acceptance (s=0.05, the default, is the pair the demo and benchmarks use).
+``draft="copy"`` makes the draft an exact copy of the target (acceptance ~1 under
+greedy float32), which the catch-up tests use.
 
 The tokenizer is a byte-level BPE trained in about a second on Python's own
 standard-library source, so no data set is needed either.
@@ -43,7 +43,7 @@ PAIR_FORMAT = 2
 
 @dataclass(frozen=True)
 class PairSpec:
-    """Shape of a generated pair. Defaults are the notes' 79M-parameter target."""
+    """Shape of a generated pair. Defaults: the 79M-parameter s=0.05 benchmark pair."""
 
     num_layers: int = 12
     hidden_size: int = 768

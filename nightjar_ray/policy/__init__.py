@@ -10,17 +10,28 @@ Public API::
 
 from nightjar_ray.policy.base import Policy, StepResult
 from nightjar_ray.policy.config import PolicyConfig
-from nightjar_ray.policy.registry import build_policy, policy_config, policy_names
+from nightjar_ray.policy.forced import ForcedSchedulePolicy
+from nightjar_ray.policy.presets import PRESETS, NightjarParams
+from nightjar_ray.policy.registry import (
+    build_policy,
+    operator_policy_config,
+    policy_config,
+    policy_names,
+)
 from nightjar_ray.policy.stats import PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
 __all__ = [
+    "PRESETS",
+    "ForcedSchedulePolicy",
+    "NightjarParams",
     "Policy",
     "PolicyConfig",
     "PolicyStats",
     "StepResult",
     "SwitchCostTable",
     "build_policy",
+    "operator_policy_config",
     "policy_config",
     "policy_names",
 ]

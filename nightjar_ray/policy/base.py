@@ -120,18 +120,18 @@ class Policy(ABC):
     @property
     def draft_gate(self) -> bool:
         """Whether drivers run this policy's steps through the draft gate
-        (``policy/draft_gate.py``); off unless a policy opts in."""
+        (``driver/draft_gate.py``); off unless a policy opts in."""
         return False
 
     def latency_estimates(self, num_reqs: int) -> Sequence[float] | None:
         """Estimated seconds per emitted token for each gamma at batch size ``num_reqs``,
-        for the draft gate (``policy/draft_gate.py``); ``None`` when the policy has none
+        for the draft gate (``driver/draft_gate.py``); ``None`` when the policy has none
         (the default)."""
         return None
 
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
         """Estimated seconds per token at gamma = 0 and batch size ``num_reqs``, known
-        before every arm is (the draft gate's best case, ``policy/draft_gate.py``);
+        before every arm is (the draft gate's best case, ``driver/draft_gate.py``);
         ``None`` when the policy has none (the default)."""
         return None
 

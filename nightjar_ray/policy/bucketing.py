@@ -2,7 +2,7 @@
 
 The paper keeps one state per batch size (``exact``). With ``pow2`` a batch
 size maps to the next power of two (1, 2, 4, 8, ...), so neighbouring batch
-sizes pool their samples; ``docs/policies.md`` reports whether it lowers regret.
+sizes share their samples (evidence: docs/benchmarks.md, "Regret").
 """
 
 from __future__ import annotations

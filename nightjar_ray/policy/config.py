@@ -1,12 +1,13 @@
 """Typed, user-facing configuration of each policy (pydantic, ``extra="forbid"``).
 
-Configs are validated where users write them (engine args, Serve config, CLI),
-so a bad value fails before anything starts, with pydantic naming the field.
+What an operator may set in a policy's ``policy_params`` (docs/policies.md,
+"Configuration (`policy_params`)" and "Baselines"). Configs are validated where
+users write them (engine args, Serve config, CLI), so a bad value fails before anything
+starts, with pydantic naming the field. The nightjar presets take :class:`PolicyConfig`
+alone; their research parameters are in :mod:`nightjar_ray.policy.presets`.
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,154 +19,6 @@ class PolicyConfig(BaseModel):
 
     gamma_max: int = Field(
         4, ge=0, le=16, description="Largest speculative length (Gamma_max); arms are 0..gamma_max."
-    )
-
-
-class NightjarPolicyConfig(PolicyConfig):
-    """Nightjar: the paper's Algorithm 1 and Eq. 4, with the defaults measured best.
-
-    Every default below was chosen on evidence (docs/policies.md, "Defaults and the paper
-    preset"); :class:`NightjarPaperPolicyConfig` holds the paper's exact settings.
-    """
-
-    bucketing: Literal["exact", "pow2"] = Field(
-        "pow2",
-        description="Batch-size keys: 'exact' (paper) or 'pow2' (neighbours share samples).",
-    )
-    switch_cost_profile: str | None = Field(
-        None,
-        description=(
-            "C_switch(L_max, B) profile: a CSV path, or 'builtin:<name>' "
-            "(e.g. builtin:paper-rtx4090-7b). None uses switch_cost_ms everywhere."
-        ),
-    )
-    switch_cost_ms: float = Field(
-        0.0, ge=0.0, description="Constant C_switch in ms when no profile is given."
-    )
-    switch_cost_weight: float = Field(
-        0.0,
-        ge=0.0,
-        description=(
-            "Multiplier on the Eq. 4 penalty (1.0 = paper). The penalty is charged to one "
-            "step's latency per token although the catch-up it stands for is paid once, "
-            "and the draft gate already prices each step's catch-up from the tokens "
-            "actually owed; 0 (the default) leaves the catch-up to the gate."
-        ),
-    )
-    latency_estimator: Literal["step-mean", "token-weighted", "factored"] = Field(
-        "factored",
-        description=(
-            "How l~[B, gamma] averages steps: 'step-mean' is the mean of per-step "
-            "duration/tokens (paper §4.2); 'token-weighted' is sum(duration)/sum(tokens), "
-            "the long-run latency per token, unbiased when tokens per step vary (small B); "
-            "'factored' is the token-weighted step time with each key's tokens per "
-            "request shrunk toward their mean over every batch size (acceptance does not "
-            "depend on B), so one unlucky acceptance draw cannot retire an arm."
-        ),
-    )
-    tokens_prior_req_steps: float = Field(
-        16.0,
-        ge=0.0,
-        le=1e6,
-        description=(
-            "'factored' only: weight, in request-steps (B per step), of the pooled tokens "
-            "per request in a key's estimate; 0 is 'token-weighted' exactly."
-        ),
-    )
-    exploration: Literal["uniform", "local"] = Field(
-        "local",
-        description=(
-            "Arm of an exploration bin: 'uniform' over 0..gamma_max (paper, Algorithm 1 "
-            "line 11), or 'local': once the key can rank every arm, uniform over the "
-            "exploited gamma and its two neighbours (cheap probes at high load)."
-        ),
-    )
-    explore_bin_steps: int | None = Field(
-        2,
-        ge=1,
-        description=(
-            "Cap on the steps an exploration bin plays its probe; the rest of the bin "
-            "exploits. None (paper) probes for the whole bin, sqrt(H) steps, which late "
-            "in a key's schedule is tens of steps of a possibly bad arm."
-        ),
-    )
-    share_across_keys: bool = Field(
-        False,
-        description=(
-            "Rank the arms a batch-size key has not tried yet from the nearest key that has "
-            "tried every arm (its estimates rescaled to this key's), instead of playing each "
-            "untried arm once (paper). Lowers regret early but lost on bursty loads in the "
-            "simulator's suite (docs/policies.md), so off by default."
-        ),
-    )
-    min_arm_tokens_per_req: float = Field(
-        1.0,
-        ge=0.0,
-        le=64.0,
-        description=(
-            "Tokens per request of the key (its largest batch size) an arm must have "
-            "observed before the key trusts its estimate; until then exploitation plays "
-            "the arm again, as it plays an untried arm. 0 (paper) trusts one sample, so "
-            "one step that rejected every draft token can retire an arm for good. Needs "
-            "latency_estimator 'token-weighted' (its counts are tokens)."
-        ),
-    )
-
-    draft_gate: bool = Field(
-        True,
-        description=(
-            "Run gamma = 0 in a step whose speculation cannot earn back the draft work it "
-            "owes (prefill of new prompts, catch-up of skipped tokens): remaining output "
-            "tokens x the estimated saving per token vs owed tokens x the learned draft "
-            "cost per token (docs/policies.md, 'The draft gate'). False (paper) "
-            "speculates whenever the bandit's gamma is > 0."
-        ),
-    )
-
-    price_draft_memory: bool = Field(
-        True,
-        description=(
-            "Tell the memory triggers how much speculation gains at the current batch "
-            "size (Policy.speculation_gain), so that with elastic memory a draft whose "
-            "memory is worth more as KV cache is offloaded even while speculating "
-            "(docs/memory.md, 'Outvalued'). False (paper): only speculation off counts."
-        ),
-    )
-
-    @model_validator(mode="after")
-    def _min_arm_tokens_needs_token_counts(self) -> NightjarPolicyConfig:
-        if self.min_arm_tokens_per_req > 0.0 and self.latency_estimator == "step-mean":
-            raise ValueError(
-                "min_arm_tokens_per_req > 0 needs latency_estimator 'token-weighted' or "
-                "'factored', "
-                f"got {self.latency_estimator!r}"
-            )
-        return self
-
-
-class NightjarPaperPolicyConfig(NightjarPolicyConfig):
-    """The paper's exact Algorithm 1 (preset ``nightjar-paper``, for reproduction)."""
-
-    bucketing: Literal["exact", "pow2"] = Field("exact", description="Paper: one key per B.")
-    switch_cost_weight: float = Field(1.0, ge=0.0, description="Paper: Eq. 4 as written.")
-    latency_estimator: Literal["step-mean", "token-weighted", "factored"] = Field(
-        "step-mean", description="Paper §4.2: incremental mean of per-step duration/tokens."
-    )
-    exploration: Literal["uniform", "local"] = Field(
-        "uniform", description="Paper, Algorithm 1 line 11: uniform over 0..gamma_max."
-    )
-    explore_bin_steps: int | None = Field(
-        None, ge=1, description="Paper: an exploration bin probes for all its sqrt(H) steps."
-    )
-    share_across_keys: bool = Field(
-        False, description="Paper: every key tries each arm once on its own."
-    )
-    min_arm_tokens_per_req: float = Field(
-        0.0, ge=0.0, le=64.0, description="Paper: one sample of an arm is trusted."
-    )
-    draft_gate: bool = Field(False, description="Paper: gamma is the bandit's, every step.")
-    price_draft_memory: bool = Field(
-        False, description="Paper §6.1: offload only once speculation is off."
     )
 
 

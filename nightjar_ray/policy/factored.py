@@ -11,23 +11,23 @@ behave differently (pure Python, no vllm/ray import)::
 
 The token-weighted estimator (``sum(d) / sum(n)`` per key) learns both halves per
 batch-size key, so an arm a key tried once with an unlucky acceptance draw keeps that
-draw: on the simulator's A100 low-load cell, key 4 ranked gamma 4 behind gamma 2 for
-7,000 steps after one step that accepted 1 draft token of 12, and local probes never
-reached it again. ``factored`` keeps ``d`` per key and shrinks each key's ``t`` toward
-the mean over every key, which a few hundred steps pin down::
+draw until the key plays the arm again, which local probes far from it never do.
+``factored`` keeps ``d`` per key and shrinks each key's ``t`` toward the mean over every
+key, which a few hundred steps pin down::
 
-    t^[key, gamma] = (tokens[key, gamma] + k * t_pool[gamma]) / (req_steps[key, gamma] + k)
+    t^[key, gamma] = (tokens[key, gamma] + k * t_all[gamma]) / (req_steps[key, gamma] + k)
     l^[key, gamma] = d[key, gamma] / t^[key, gamma]          d: sum(step s) / sum(B)
 
 ``k`` (``tokens_prior_req_steps``) is the prior's weight in request-steps: at B=1 a key
-trusts its own acceptance after about ``k`` steps, at B >= ``k`` after one. A key's own
-acceptance still wins where it has the evidence (at small B the batch is a few
-requests, whose acceptance may differ from the mean). With ``k`` = 0 this is the
-token-weighted estimator exactly.
+trusts its own acceptance after about ``k`` steps, at B >= ``k`` after one, so a key's
+own acceptance dominates where it has the evidence (a small batch is a few requests,
+whose acceptance may differ from the mean). With ``k`` = 0 this is the token-weighted
+estimator exactly. Units: ``t`` in tokens per request-step, ``l`` and ``l^`` in seconds
+per token.
 
-Stored as the token-weighted table (``sum(d)/sum(n)``, counts in tokens, so arms settle
-and replicas pool as before) plus one table of requests per token with the same counts;
-both merge exactly across replicas, and ``t_pool`` is derived from them::
+Stored as the token-weighted table (``sum(d)/sum(n)``, counts in tokens, the same table
+and counts as ``token-weighted``) plus one table of requests per token with those counts;
+both merge exactly across replicas, and ``t_all`` is derived from them::
 
     latency_per_token_s[key, gamma] = (tokens, sum(d) / tokens)
     reqs_per_token[key, gamma]      = (tokens, sum(B) / tokens)
@@ -40,8 +40,8 @@ from nightjar_ray.policy.stats import ArmTable
 REQS_TABLE = "reqs_per_token"
 
 
-class PooledTokens:
-    """Requests per token per (key, gamma), and tokens per request pooled over keys."""
+class TokensPerRequestPrior:
+    """Requests per token per (key, gamma), and tokens per request over all keys."""
 
     __slots__ = ("_prior", "_reqs", "_tokens", "table")
 
@@ -60,7 +60,7 @@ class PooledTokens:
         self._reqs[gamma] += num_reqs
 
     def reload(self) -> None:
-        """Recompute the pooled sums after ``table`` was replaced (``load_stats``)."""
+        """Recompute the all-keys sums after ``table`` was replaced (``load_stats``)."""
         self._tokens = [0.0] * self.table.num_arms
         self._reqs = [0.0] * self.table.num_arms
         for _key, gamma, tokens, reqs_per_token in self.table.cells():
@@ -80,7 +80,7 @@ class PooledTokens:
             reqs = tokens * ratio
             if reqs <= 0.0 or self._reqs[gamma] <= 0.0:
                 continue
-            pooled = self._tokens[gamma] / self._reqs[gamma]
-            shrunk = (tokens + k * pooled) / (reqs + k)
+            all_keys = self._tokens[gamma] / self._reqs[gamma]
+            shrunk = (tokens + k * all_keys) / (reqs + k)
             out[gamma] = token_weighted[gamma] * tokens / (reqs * shrunk)
         return out

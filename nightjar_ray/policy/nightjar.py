@@ -16,7 +16,7 @@ emitted tokens), not the inverse of mean goodput, and gamma_prev is the gamma
 of the previous step (any batch size). ``latency_estimator="token-weighted"``
 (beyond the paper) uses sum(duration)/sum(tokens) instead: with one request a
 step emits 1..gamma+1 tokens, and the mean of d/n then overrates high gamma
-(Jensen: E[d/n] > d/E[n]); see docs/policies.md. ``latency_estimator="factored"``
+(Jensen: E[d/n] > d/E[n]). ``latency_estimator="factored"``
 (beyond the paper, the default) is that estimate with each key's tokens per request
 shrunk toward their mean over every batch size (``policy/factored.py``): acceptance does
 not depend on B, so one unlucky draw at a key cannot retire an arm. A bin ends when
@@ -24,37 +24,34 @@ tau_B > sqrt(H_B), a block when b_B > sqrt(H_B); then j_B += 1 and H_B = 2^(j_B 
 
 ``exploration="local"`` (beyond the paper) draws an exploration bin's arm from the
 exploited gamma* and its neighbours {gamma*-1, gamma*, gamma*+1} once every arm of the key
-has a sample: under load a uniform probe of gamma=4 can double a step's time, while the
-goodput curve over gamma is unimodal in practice, so probing next to gamma* finds a
-better arm as surely and far more cheaply (docs/policies.md).
+has a sample (goodput over gamma is unimodal for geometric acceptance, so when gamma* is
+not the best arm a neighbour is better); until then probes stay uniform.
 
 ``explore_bin_steps`` (beyond the paper) ends an exploration bin's probe after that many
-steps and exploits for the rest of the bin, so the bin/block counters are unchanged but a
+steps and exploits for the rest of the bin: the bin/block counters are unchanged, and a
 probe late in a key's schedule (bins of sqrt(H) = 32, 64, ... steps) costs a few steps,
-not a bin: under a load surge the batch grows past the sizes a key learned at and a long
-probe of a neighbour gamma there is what pushed the 4090 simulation over its memory edge
-(docs/simulator.md).
+not a bin.
 
 Arms never observed (exploitation's open question): in the paper preset an
 exploitation bin plays the smallest gamma that has no observation yet under this
 key before trusting any estimate (optimistic initialization, as UCB plays every
 arm once), so a batch size never seen before costs at most Gamma_max + 1 such bins.
 ``min_arm_tokens_per_req`` (beyond the paper, 1 by default) counts an arm as tried only
-after that many tokens per request of the key (its largest batch size): one step that
-rejected every draft token no longer retires an arm that local probes would never reach.
+after that many tokens per request of the key (its largest batch size), so one step that
+rejected every draft token cannot retire an arm that local probes would never reach.
 ``share_across_keys`` (beyond the paper, off by default) ranks a key's untried arms
 from the nearest key that has tried every arm instead: its estimates, rescaled by
 the mean ratio of this key's tried arms to the neighbour's, fill the gaps, and
 Eq. (4) runs over the filled row; only an untried arm that then ranks best is
 played. Step time is smooth in B, so the neighbour's ranking is a sound prior;
-this key's own samples replace it arm by arm (docs/policies.md)::
+this key's own samples replace it arm by arm::
 
     key 8:   [ m0   m1   .    .    .  ]   tried: 0, 1
     key 16:  [ n0   n1   n2   n3   n4 ]   nearest complete key
     ranked:  [ m0   m1   r*n2 r*n3 r*n4]  r = mean(m0/n0, m1/n1)
 
 ``draft_gate`` (beyond the paper, the default) exposes the ranked row through
-``latency_estimates`` so the driver's draft gate (``policy/draft_gate.py``) can run
+``latency_estimates`` so the driver's draft gate (``driver/draft_gate.py``) can run
 gamma = 0 in a step whose speculation cannot pay for the draft work it owes; the
 bandit's schedule is not touched by it.
 
@@ -62,6 +59,9 @@ NOTE: the schedule counters advance in ``choose`` (when the arm is played),
 the estimates in ``observe``. In a sequential loop this is Algorithm 1
 exactly; with one step in flight (async scheduling) the counters still follow
 the steps actually played.
+
+Each parameter's default and when to change it: docs/policies.md, "Configuration
+(`policy_params`)".
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn
-from nightjar_ray.policy.config import NightjarPolicyConfig
-from nightjar_ray.policy.factored import REQS_TABLE, PooledTokens
+from nightjar_ray.policy.factored import REQS_TABLE, TokensPerRequestPrior
+from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
@@ -116,7 +116,7 @@ class NightjarPolicy(Policy):
 
     def __init__(
         self,
-        config: NightjarPolicyConfig,
+        config: NightjarParams,
         rng: random.Random,
         switch_cost: SwitchCostTable | None = None,
     ) -> None:
@@ -127,9 +127,11 @@ class NightjarPolicy(Policy):
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
         self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
-        self._pooled: PooledTokens | None = None
+        self._tokens_prior: TokensPerRequestPrior | None = None
         if config.latency_estimator == "factored":
-            self._pooled = PooledTokens(config.gamma_max + 1, config.tokens_prior_req_steps)
+            self._tokens_prior = TokensPerRequestPrior(
+                config.gamma_max + 1, config.tokens_prior_req_steps
+            )
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
         self._share = config.share_across_keys
@@ -276,7 +278,7 @@ class NightjarPolicy(Policy):
     def _means(self, key: int) -> list[float]:
         """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
         means = self._table.means[key]
-        return means if self._pooled is None else self._pooled.latency(key, means)
+        return means if self._tokens_prior is None else self._tokens_prior.latency(key, means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
@@ -285,8 +287,8 @@ class NightjarPolicy(Policy):
         weight = float(result.num_tokens) if self._token_weighted else 1.0
         key = self._key(result.num_reqs)
         self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
-        if self._pooled is not None:
-            self._pooled.update(key, result.gamma, result.num_reqs, result.num_tokens)
+        if self._tokens_prior is not None:
+            self._tokens_prior.update(key, result.gamma, result.num_reqs, result.num_tokens)
         if key not in self._complete_keys and self._all_settled(key):
             self._complete_keys.add(key)
 
@@ -300,16 +302,16 @@ class NightjarPolicy(Policy):
 
     def export_stats(self) -> PolicyStats:
         tables = {LATENCY_TABLE: self._table.export()}
-        if self._pooled is not None:
-            tables[REQS_TABLE] = self._pooled.table.export()
+        if self._tokens_prior is not None:
+            tables[REQS_TABLE] = self._tokens_prior.table.export()
         return PolicyStats(self.name, tables)
 
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
         self._table.load(stats.tables.get(LATENCY_TABLE, {}))
-        if self._pooled is not None:
-            self._pooled.table.load(stats.tables.get(REQS_TABLE, {}))
-            self._pooled.reload()
+        if self._tokens_prior is not None:
+            self._tokens_prior.table.load(stats.tables.get(REQS_TABLE, {}))
+            self._tokens_prior.reload()
         self._complete_keys = {k for k in self._table.counts if self._all_settled(k)}
 
     def local_state(self) -> dict[str, Any]:
@@ -322,7 +324,8 @@ class NightjarPolicy(Policy):
 
     def load_local_state(self, state: dict[str, Any]) -> None:
         self._prev_gamma = int(state.get("prev_gamma", 0))
-        # NOTE: snapshots before explore_bin_steps hold 5 fields (no ``exploring``).
+        # NOTE: a schedule of 5 fields (a snapshot without ``exploring``) loads as not
+        # exploring.
         self._schedules = {
             int(k): _KeySchedule(int(j), int(b), int(tau), int(arm), bool(rest and rest[0]))
             for k, j, b, tau, arm, *rest in state.get("schedules", [])
@@ -330,7 +333,7 @@ class NightjarPolicy(Policy):
 
 
 class NightjarPaperPolicy(NightjarPolicy):
-    """The paper's exact Algorithm 1 (``nightjar-paper``; see ``NightjarPaperPolicyConfig``).
+    """The paper's exact Algorithm 1 (preset ``nightjar-paper`` in ``policy/presets.py``).
 
     Its own name keeps its statistics apart: step-mean and token-weighted tables do not
     merge into one mean.

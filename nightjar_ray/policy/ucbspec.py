@@ -2,7 +2,7 @@
 
 BanditSpec's reward is the accepted length Y in [1, L+1]. Serving needs step
 goodput instead (as BanditSpec's own throughput experiment, §6.2). Reward
-normalization, documented in ``docs/policies.md``::
+normalization (docs/policies.md, "Baselines")::
 
     r_t = g_t / G             G = largest step goodput observed so far (running max)
     Y_t = 1 + L * r_t         so r in [0, 1] maps onto BanditSpec's [1, L+1] range

@@ -4,7 +4,7 @@ Serve ``import_path``: ``nightjar_ray.serve:build_app`` (see ``builder.py`` and
 docs/serve.md). Modules: ``config`` (the typed app config), ``builder``,
 ``server`` (the replica class), ``context`` (replica identity across the
 engine-core process boundary), ``link`` (the engine-core thread that pools and
-exports metrics), ``pool`` and ``policy_actor`` (the central policy actor).
+exports metrics), ``policy_pool`` and ``policy_actor`` (the central policy actor).
 
 Importing this package does not import Ray; ``build_app`` does.
 """

@@ -37,9 +37,13 @@ GENERATED_PAIRS: dict[str, PairSpec] = {
     "default": PairSpec(),
     "tiny": replace(TINY_SPEC, dtype="float32"),
 }
-"""``default``: the notes' s=0.05 79M-parameter bf16 pair; ``tiny``: the tests' pair."""
+"""``default``: the s=0.05 79M-parameter pair the demo serves (stored in bfloat16);
+``tiny``: the tests' pair."""
 
 CACHE_ENV = "NIGHTJAR_CACHE_DIR"
+
+SERVE_START_HOOK = "nightjar_ray.serve.link:start_from_engine"
+"""What the engine's scheduler calls at start (``engine/args.py``, ``START_HOOK_KEY``)."""
 
 
 def cache_dir() -> Path:
@@ -121,7 +125,7 @@ def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any
         spec["model"] = _resolve(spec["model"], "engine_kwargs.speculative_config.model")
     kwargs["speculative_config"] = spec
     try:
-        return nightjar_engine_args(config, **kwargs)
+        return nightjar_engine_args(config, start_hook=SERVE_START_HOOK, **kwargs)
     except ValueError as e:
         raise ValueError(f"invalid config: engine_kwargs: {e}") from None
 

@@ -23,16 +23,17 @@ statistics (nothing is lost: the next delta still holds them) and retries.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.stepper import Stepper
 from nightjar_ray.policy.pooling import StatsExchange, stats_fingerprint
-from nightjar_ray.serve.context import ServeContext
-from nightjar_ray.serve.pool import total_count
+from nightjar_ray.serve.context import SERVE_CONTEXT_ENV, ServeContext
+from nightjar_ray.serve.policy_pool import total_count
 
 logger = logging.getLogger(__name__)
 
@@ -47,15 +48,15 @@ class ServeLink:
         self,
         context: ServeContext,
         config: NightjarConfig,
-        stepper: Stepper,
+        step_driver: StepDriver,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.context = context
         self._config = config
-        self._stepper = stepper
+        self._step_driver = step_driver
         self._clock = clock
         self.fingerprint = stats_fingerprint(config.policy, config.policy_config())
-        self._exchange = StatsExchange(stepper.policy, stepper.policy_lock)
+        self._exchange = StatsExchange(step_driver.policy, step_driver.policy_lock)
         self._actor: Any = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="nightjar-serve-link", daemon=True)
@@ -87,7 +88,7 @@ class ServeLink:
                 next_sync = self._clock() + pooling.sync_interval_s
             try:
                 exporter.export(
-                    self._stepper.telemetry.read(),
+                    self._step_driver.telemetry.read(),
                     self.sync_age_s(),
                     (self.num_syncs, self.num_sync_errors),
                 )
@@ -139,15 +140,24 @@ class ServeLink:
             return False
 
     def _report(self, policy_count: float) -> None:
-        reading = self._stepper.telemetry.read().to_json()
+        reading = self._step_driver.telemetry.read().to_json()
         reading["policy_count"] = policy_count
         reading["num_syncs"] = self.num_syncs
         reading["num_sync_errors"] = self.num_sync_errors
         self._actor.report.remote(self.context.replica, reading)
 
 
-def start_serve_link(raw_context: str, config: NightjarConfig, stepper: Stepper) -> ServeLink:
+def start_serve_link(
+    raw_context: str, config: NightjarConfig, step_driver: StepDriver
+) -> ServeLink:
     """Start the link of a Serve replica's engine (``raw_context``: the env variable)."""
-    link = ServeLink(ServeContext.from_env(raw_context), config, stepper)
+    link = ServeLink(ServeContext.from_env(raw_context), config, step_driver)
     link.start()
     return link
+
+
+def start_from_engine(config: NightjarConfig, step_driver: StepDriver) -> ServeLink | None:
+    """The engine's start hook (``SERVE_START_HOOK``): in the engine process of a Serve
+    replica (``SERVE_CONTEXT_ENV`` set by the replica), start its link; else nothing."""
+    raw = os.environ.get(SERVE_CONTEXT_ENV)
+    return None if not raw else start_serve_link(raw, config, step_driver)

@@ -1,6 +1,6 @@
 """The central policy actor: one named, detached Ray actor per model deployment.
 
-It wraps :class:`~nightjar_ray.serve.pool.PolicyPool`. Replicas create it on
+It wraps :class:`~nightjar_ray.serve.policy_pool.PolicyPool`. Replicas create it on
 start-up if it does not exist yet (``get_if_exists``), so deploying an app never
 leaves an actor behind when the config is invalid. It restarts on failure
 (``max_restarts=-1``) and restores its pool from the snapshot file.
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.serve.pool import PolicyPool
+from nightjar_ray.serve.policy_pool import PolicyPool
 
 
 class PolicyActor:

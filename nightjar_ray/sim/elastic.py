@@ -1,9 +1,10 @@
-"""Elastic memory for the draft model: the paper's §6.1 triggers and §6.2-6.4 costs.
+"""Elastic memory for the draft model: the engine's §6.1 triggers
+(:class:`~nightjar_ray.memory.triggers.ElasticTriggers`) and the paper's §6.2-6.4 costs.
 
 ::
 
-    RESIDENT --(SD disabled, N_free < tau_low for T_persist steps)--> OFFLOADED
-        expand the pool by N_draft blocks; the engine stalls ``expand_stall_s``
+    RESIDENT --(SD disabled or outvalued, N_free < tau_low for T_persist steps)--> OFFLOADED
+        expand the block pool by N_draft blocks; the engine stalls ``expand_stall_s``
     OFFLOADED --(|Q_wait| = 0 and N_free > N_draft + tau_low
                  for contract_persist_steps steps)--> RELOADING
         contract: migrate live blocks above K_boundary (stall = fixed + bytes*2 / HBM BW),
@@ -92,7 +93,7 @@ class ElasticMemory:
         self.num_offload_blocks = (
             plan.num_reclaim_blocks if params.reclaim_draft_kv else plan.num_draft_blocks
         )
-        """Blocks an offload adds to the pool and a reload takes back."""
+        """Blocks an offload adds to the block pool and a reload takes back."""
         self.triggers = ElasticTriggers(
             TriggerConfig(
                 tau_low_blocks=params.tau_low_blocks,

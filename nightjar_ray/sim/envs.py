@@ -2,14 +2,13 @@
 
 These are the policy's view of an engine, with no queueing: the caller picks
 the batch size of every step. They serve policy tests (stationary,
-known-optimum environments), the policy benchmark, and the pre-Serve demo.
-The full discrete-event simulator (queues, KV blocks, arrivals) builds on top.
+known-optimum environments) and the policy benchmarks under ``benchmarks/``.
+The discrete-event simulator (``server.py``: queues, KV blocks, arrivals) is separate.
 
 ``measured_cpu_env`` replays the step throughput measured with vLLM 0.32 on a
-2-core CPU with the generated s=0.05 target/draft pair (shared notes,
-"A generated model pair whose acceptance rate is tunable"): tok/s per batch
-size and gamma, and per-gamma acceptance. Between measured batch sizes the
-throughput is interpolated linearly in log(B); outside it is clamped.
+2-core CPU with the generated s=0.05 target/draft pair (``models/pair.py``): tok/s
+per batch size and gamma, and per-gamma acceptance. Between measured batch sizes
+the throughput is interpolated linearly in log(B); outside it is clamped.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from nightjar_ray.policy.base import StepResult
 LatencyFn = Callable[[int, int], float]
 """(num_reqs, gamma) -> expected seconds per emitted token."""
 
-# NOTE: numbers from shared/notes/verified-facts.md (tok/s, 128 output tokens, greedy).
+# NOTE: output tok/s of offline vLLM 0.32 runs, 128 output tokens per request, greedy.
 CPU_S005_BATCHES = (1, 4, 16, 48)
 CPU_S005_TOKENS_PER_S = {
     0: (143.0, 465.0, 1119.0, 1580.0),

@@ -7,7 +7,7 @@ A *contender* is a policy plus how the engine runs around it:
   kept in sync on gamma = 0 steps);
 * ``nightjar``: skip the draft on gamma = 0 (pay C_switch on re-enable) and offload it
   under memory pressure (paper §6), with a C_switch table profiled on the simulated
-  hardware (as ``nightjar-ray profile-switch-cost`` would on a real GPU).
+  hardware (as ``benchmarks/profile_switch_cost.py`` would on a real GPU).
 
 The oracle is the best static choice per load in hindsight: among ``off`` and
 ``fixed-1..gamma_max`` the run with the highest throughput at that load.
@@ -21,23 +21,23 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.policy.nightjar import NightjarPolicy
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE
 from nightjar_ray.sim.calibration import simulated_switch_cost, token_latency_s
 from nightjar_ray.sim.elastic import ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.metrics import SimResult, Summary, summarize
 from nightjar_ray.sim.presets import Setting
-from nightjar_ray.sim.server import ServerOptions, SimObservation, SimServer
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.sim.server import ServerOptions, SimServer
+from nightjar_ray.workload import RequestSpec
 
 
 @dataclass(frozen=True)
 class RunKnobs:
-    """Engine-side knobs around the policy (defaults chosen with the simulator; see
-    docs/simulator.md, "Choosing defaults")."""
+    """Engine-side knobs around the policy; each default, and when to change it:
+    docs/simulator.md, "Engine options around the policy"."""
 
     tau_low_fraction: float = 0.10
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
@@ -47,7 +47,7 @@ class RunKnobs:
     """Steps the reload condition must hold (paper: 1; ``ElasticParams``)."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
-    observed_time: SimObservation = DEFAULT_OBSERVATION_RULE
+    observed_time: ObservationRuleName = DEFAULT_OBSERVATION_RULE
     """What policies observe: the engine's observation rule (``ServerOptions.observed_time``)."""
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
@@ -82,8 +82,8 @@ def default_contenders(
 ) -> list[Contender]:
     """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
 
-    Adaptive policies choose among 0..``gamma_max``; nightjar runs the policy package's
-    defaults (``NightjarPolicyConfig``, the engine's too) overridden by ``nightjar_params``.
+    Adaptive policies choose among 0..``gamma_max``; nightjar runs the ``nightjar`` preset
+    (``NightjarParams``, the engine's too) overridden by ``nightjar_params``.
     """
     g = {"gamma_max": gamma_max}
     nightjar = {**g, **(nightjar_params or {})}
@@ -112,7 +112,8 @@ any draft-loaded policy can get under load (``off`` has no draft and smaller blo
 
 
 BATCH_ORACLE_CONTEXT_TOKENS = 512
-"""Context length at which ``batch_oracle`` reads the cost model (as ``simulate calibrate``)."""
+"""Context length at which ``batch_oracle`` reads the cost model (as
+``benchmarks/simulate_calibrate.py``)."""
 
 
 def batch_oracle(setting: Setting, dataset: str, gamma_max: int = 4) -> Contender:
@@ -124,7 +125,7 @@ def batch_oracle(setting: Setting, dataset: str, gamma_max: int = 4) -> Contende
     that knew the hardware in advance would play, with no learning and no probes. A
     reference, not a bound: it reads the model at one context length and mean acceptance,
     so a learned schedule can beat it; where it is level with the best static choice, a
-    gamma schedule has little to gain (docs/benchmarks.md, trace replays over five seeds).
+    gamma schedule has little to gain (docs/benchmarks.md, "Workload suite (simulator)").
     """
     acc = setting.acceptance_for(dataset)
     arms = range(gamma_max + 1)
@@ -170,7 +171,7 @@ def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
     policy = build_policy(c.policy, c.params, rng=rng)
     if isinstance(policy, NightjarPolicy):
         config = policy.config
-        if config.switch_cost_profile is None and config.switch_cost_ms == 0.0:
+        if config.switch_cost_ms == 0.0:
             return type(policy)(config, rng, simulated_switch_cost(setting))
     return policy
 

@@ -107,7 +107,7 @@ class MemoryPlan:
     """S_draft on one GPU."""
     num_reclaim_blocks: int = 0
     """Blocks gained when the draft's weights *and* its per-block KV share are freed
-    (``ElasticParams.reclaim_draft_kv``): the pool then holds as many tokens as ``off``."""
+    (``ElasticParams.reclaim_draft_kv``): the block pool then holds as many tokens as ``off``."""
 
     @property
     def num_scale_blocks(self) -> int:
@@ -141,7 +141,7 @@ def plan_memory(
     num_orig_blocks = free // block_bytes
     num_reclaim_blocks = 0
     if draft:
-        # NOTE: with weights and KV share freed, the pool is what a draft-less plan holds.
+        # NOTE: with weights and KV share freed, the block pool is what a draft-less plan holds.
         without = plan_memory(
             hw,
             target,

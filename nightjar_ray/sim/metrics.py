@@ -1,5 +1,8 @@
 """Results of a simulated run and their summary (the load generator's metrics).
 
+Every request of a run finishes, so its record (:class:`RequestRecord`, sent at its
+arrival) has both a first token and a finish time.
+
 * throughput: (prompt + output tokens) / makespan, the paper's "total token throughput";
   output throughput counts generated tokens only. Makespan runs from t=0 to the last
   finish, so a policy that drains the queue sooner has the higher throughput.
@@ -14,31 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nightjar_ray.sim.elastic import MemoryEvent
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    req_id: int
-    arrival_s: float
-    first_token_s: float
-    finish_s: float
-    num_prompt_tokens: int
-    num_output_tokens: int
-    num_preemptions: int
-
-    @property
-    def ttft_s(self) -> float:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> float:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        if self.num_output_tokens < 2:
-            return None
-        return (self.finish_s - self.first_token_s) / (self.num_output_tokens - 1)
+from nightjar_ray.workload import RequestRecord
 
 
 @dataclass(frozen=True)
@@ -87,25 +66,38 @@ def _p99(values: Sequence[float]) -> float:
     return s[min(len(s) - 1, int(0.99 * len(s)))]
 
 
+def finish_s(record: RequestRecord) -> float:
+    """When a simulated request finished (every request of a run does)."""
+    return _measured(record, record.finish_s)
+
+
+def _measured(record: RequestRecord, value_s: float | None) -> float:
+    if value_s is None:
+        raise ValueError(f"request {record.req_id} did not finish")
+    return value_s
+
+
 def summarize(result: SimResult) -> Summary:
     recs = result.records
     if not recs:
         raise ValueError("no finished requests to summarize")
-    makespan = max(r.finish_s for r in recs)
+    makespan = max(finish_s(r) for r in recs)
     prompt = sum(r.num_prompt_tokens for r in recs)
     output = sum(r.num_output_tokens for r in recs)
     tpots = [t for r in recs if (t := r.tpot_s) is not None]
+    ttfts = [_measured(r, r.ttft_s) for r in recs]
+    e2es = [_measured(r, r.e2e_s) for r in recs]
     decode_steps = [s for s in result.timeline if s.num_reqs > 0]
     return Summary(
         num_requests=len(recs),
         makespan_s=makespan,
         throughput_tokens_per_s=(prompt + output) / makespan,
         output_throughput_tokens_per_s=output / makespan,
-        mean_ttft_s=statistics.fmean(r.ttft_s for r in recs),
-        p99_ttft_s=_p99([r.ttft_s for r in recs]),
+        mean_ttft_s=statistics.fmean(ttfts),
+        p99_ttft_s=_p99(ttfts),
         mean_tpot_s=statistics.fmean(tpots) if tpots else 0.0,
-        mean_e2e_s=statistics.fmean(r.e2e_s for r in recs),
-        p99_e2e_s=_p99([r.e2e_s for r in recs]),
+        mean_e2e_s=statistics.fmean(e2es),
+        p99_e2e_s=_p99(e2es),
         mean_gamma=statistics.fmean(s.gamma for s in decode_steps) if decode_steps else 0.0,
         num_preemptions=result.num_preemptions,
         num_offloads=sum(1 for e in result.memory_events if e.kind == "expand"),

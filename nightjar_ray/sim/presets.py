@@ -1,8 +1,8 @@
 """The paper's three settings (§7.1, §7.3.5), dataset lengths, and acceptance assumptions.
 
-Sources for every number are in ``docs/simulator.md`` ("Constants"). Model shapes are the
-public config.json values; hardware peaks are datasheet values; acceptance and length
-distributions are assumptions (the paper reports neither as numbers).
+Sources for every number are in ``docs/simulator.md`` ("Constants and their sources").
+Model shapes are the public config.json values; hardware peaks are datasheet values;
+acceptance and length distributions are assumptions (the paper reports neither as numbers).
 """
 
 from __future__ import annotations

@@ -12,24 +12,20 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nightjar_ray.driver.observation import ObservationRuleName
 from nightjar_ray.sim.experiments import RunKnobs
 from nightjar_ray.sim.presets import DATASETS, SETTINGS, Setting, get_dataset
-from nightjar_ray.sim.server import SimObservation
-from nightjar_ray.sim.workload import (
-    DEFAULT_TRACE,
-    RequestSpec,
-    gamma_gaps,
-    poisson_gaps,
-    read_trace,
-    synthetic_workload,
-    trace_workload,
-)
+from nightjar_ray.sim.workload import synthetic_workload, trace_workload
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.arrivals import gamma_gaps, poisson_gaps
+from nightjar_ray.workload.trace import TRACE_ENV, read_trace
 
 
 class WorkloadConfig(BaseModel):
@@ -43,7 +39,9 @@ class WorkloadConfig(BaseModel):
     qps: float = Field(10.0, gt=0, description="Mean request rate (poisson/gamma), req/s.")
     cv: float = Field(2.0, gt=0, description="Coefficient of variation of gamma gaps.")
     num_requests: int = Field(480, ge=1, le=1_000_000, description="Requests (poisson/gamma).")
-    trace_path: str = Field(str(DEFAULT_TRACE), description="Azure trace CSV (arrival=trace).")
+    trace_path: str | None = Field(
+        None, description="Azure-format trace CSV; required by arrival=trace (no default)."
+    )
     trace_start_s: float = Field(0.0, ge=0, description="Start of the replayed window, s.")
     trace_duration_s: float = Field(3600.0, gt=0, description="Length of the window, s.")
     trace_qps: float | None = Field(
@@ -80,11 +78,11 @@ class ScenarioConfig(BaseModel):
         ge=1,
         description="Steps the reload condition must hold before the draft returns (nightjar).",
     )
-    observed_time: SimObservation = Field(
+    observed_time: ObservationRuleName = Field(
         RunKnobs().observed_time,
         description=(
-            "What policies observe: an engine observation rule (prefill-corrected, pure, "
-            "step) or the simulator-only 'decode' diagnostic (cost-model decode time)."
+            "What policies observe: one of the engine's observation rules "
+            "(prefill-corrected, pure, step)."
         ),
     )
     offload_trigger: Literal["played", "exploited"] = Field(
@@ -130,6 +128,11 @@ def build_workload(
     rng = random.Random(seed)
     max_len = setting.target.max_model_len
     if cfg.arrival == "trace":
+        if cfg.trace_path is None:
+            raise ValueError(
+                f"workload.trace_path: arrival 'trace' needs a trace CSV (--trace PATH or "
+                f"{TRACE_ENV})"
+            )
         window = trace_for(read_trace(cfg.trace_path), cfg, max_len)
         if cfg.trace_lengths == "trace":
             return window
@@ -144,7 +147,7 @@ def build_workload(
 
 
 def trace_for(
-    rows: list[tuple[float, int, int]], cfg: WorkloadConfig, max_len: int
+    rows: Sequence[RequestSpec], cfg: WorkloadConfig, max_len: int
 ) -> tuple[RequestSpec, ...]:
     """The configured trace window, rescaled to ``trace_qps`` if set."""
     window = trace_workload(rows, cfg.trace_start_s, cfg.trace_duration_s, 1.0, max_len)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from nightjar_ray.sim.acceptance import AcceptanceProcess
 from nightjar_ray.sim.kv_pool import BlockPool
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 
 ChooseFn = Callable[[int, int], int]
 """(num_decode_reqs, max_skip_tokens) -> gamma."""

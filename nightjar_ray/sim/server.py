@@ -3,17 +3,21 @@
 Events are engine steps (the engine is never idle while work is queued) and arrivals
 (the clock jumps to the next arrival when the engine is empty). Each step::
 
-    admit arrivals -> schedule (policy.choose inside) -> roofline duration
-    -> sample acceptance, emit tokens, finish requests -> policy.observe
+    admit arrivals -> schedule (StepDriver.choose inside) -> StepDriver.commit (draft gate)
+    -> roofline duration -> sample acceptance, emit tokens, finish requests
+    -> StepDriver.on_output (observation rule, policy.observe)
     -> elastic-memory triggers (may stall the engine)
 
-The policy is the very object the engine uses (``nightjar_ray.policy``). Clock and RNG
-are explicit: a run is a pure function of (setting, policy, options, workload, seed).
+The policy is the very object the engine uses (``nightjar_ray.policy``), driven by the
+engine's own :class:`~nightjar_ray.driver.step_driver.StepDriver`: B, the draft gate, the
+observation rule and "is speculation disabled" (§6.1 condition 1) are the engine's code.
+Clock and RNG are explicit: a run is a pure function of (setting, policy, options,
+workload, seed).
 
 Draft participation when a step plays gamma = 0 (``ServerOptions.draft_when_off``):
 
 * ``sync``: the draft still runs one pass over the step's tokens (stock vLLM keeps the
-  drafter's KV in sync this way; verified-facts), so re-enabling is free but gamma=0 is not;
+  drafter's KV in sync this way), so re-enabling is free but gamma=0 is not;
 * ``skip``: the draft does not run (Nightjar); its KV lags, and the next speculative step
   pays the catch-up (C_switch).
 """
@@ -24,24 +28,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from nightjar_ray.driver.draft_gate import remaining_after_step
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+from nightjar_ray.driver.step_driver import Choice, StepBatch, StepDriver
 from nightjar_ray.memory.triggers import draft_outvalued
-from nightjar_ray.policy.base import Policy, StepResult
-from nightjar_ray.policy.bucketing import BucketFn, bucket_fn
-from nightjar_ray.policy.draft_gate import DraftGate, remaining_after_step
-from nightjar_ray.policy.nightjar import NightjarPolicy
-from nightjar_ray.policy.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
+from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.acceptance import AcceptanceProcess
 from nightjar_ray.sim.elastic import DraftState, ElasticMemory, ElasticParams
 from nightjar_ray.sim.hardware import plan_memory
 from nightjar_ray.sim.kv_pool import BlockPool
-from nightjar_ray.sim.metrics import RequestRecord, SimResult, StepRecord
+from nightjar_ray.sim.metrics import SimResult, StepRecord
 from nightjar_ray.sim.presets import Setting
 from nightjar_ray.sim.roofline import Roofline
 from nightjar_ray.sim.scheduler import ScheduledStep, SimRequest, SimScheduler
 from nightjar_ray.sim.step_cost import StepCostModel
-from nightjar_ray.sim.workload import RequestSpec
-
-SimObservation = Literal["prefill-corrected", "pure", "step", "decode"]
+from nightjar_ray.workload import RequestRecord, RequestSpec
 
 LOOKAHEAD_MARGIN_TOKENS = 32
 """Pool tokens kept free of any single request's prompt + output (gamma_max <= 16)."""
@@ -60,13 +61,11 @@ class ServerOptions:
     """Elastic draft offload (needs ``draft_when_off='skip'``); None keeps the draft resident."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1), "speculative decoding is disabled": ``played``: the last step
-    played gamma = 0; ``exploited``: also, for Nightjar, that gamma = 0 came from an
-    exploitation bin (an exploration probe of gamma = 0 does not count)."""
-    observed_time: SimObservation = DEFAULT_OBSERVATION_RULE
+    played gamma = 0; ``exploited``: also, that gamma = 0 was not an exploration probe
+    (``StepDriver.sd_disabled``, the engine's rule)."""
+    observed_time: ObservationRuleName = DEFAULT_OBSERVATION_RULE
     """What ``policy.observe`` is told: one of the engine's observation rules
-    (``nightjar_ray.policy.observation``, the same object the engine runs), or ``decode``,
-    a simulator-only diagnostic: every decode step with the time its decodes alone would
-    take per the cost model (prefill chunks, target's and draft's, removed)."""
+    (``nightjar_ray.driver.observation``, the same object the engine runs)."""
     seed: int = 0
     check_invariants: bool = False
     """Check block accounting after every step (slow; tests)."""
@@ -102,25 +101,23 @@ class SimServer:
         )
         self.acceptance = setting.acceptance_for(options.dataset)
         self.now_s = 0.0
-        self.last_gamma = 0
-        self.last_num_reqs = 0
-        self._bin_explored: dict[int, bool] = {}
-        self._bucket: BucketFn | None = None
-        if isinstance(policy, NightjarPolicy) and options.offload_trigger == "exploited":
-            self._bucket = bucket_fn(policy.config.bucketing)
-            policy.bin_listener = self._on_bin
-        rule = options.observed_time
-        ratio = setting.draft.num_params / setting.target.num_params
-        self.observation = None if rule == "decode" else ObservationRule(rule, ratio)
+        self.driver = StepDriver(
+            policy,
+            gamma_cap=policy.gamma_max,
+            clock=lambda: self.now_s,
+            observation_rule=options.observed_time,
+            draft_cost_ratio=setting.draft.num_params / setting.target.num_params,
+            max_history=1,
+        )
+        self._choice: Choice | None = None
         self.records: list[RequestRecord] = []
         self.timeline: list[StepRecord] = []
         self.num_steps = 0
         self.catchup_s = 0.0
-        self.gate = DraftGate(ratio)
 
     @property
     def max_request_tokens(self) -> int:
-        """Largest prompt + output a request may have: it must fit the pool alone, with room
+        """Largest prompt + output a request may have: it must fit the block pool alone, with room
         for the speculative lookahead (gamma + 1 <= 17 slots)."""
         cap = self.plan.num_orig_blocks * self.plan.block_size_tokens
         return min(self.setting.target.max_model_len, cap - LOOKAHEAD_MARGIN_TOKENS)
@@ -170,45 +167,30 @@ class SimServer:
         return self.elastic is None or self.elastic.draft_available(self.now_s)
 
     def _choose(self, num_reqs: int, max_skip_tokens: int) -> int:
-        if not self._draft_available():
-            return 0
-        return self.policy.choose(num_reqs, max_skip_tokens)
+        """The scheduler's callback: the step driver's choice (kept for :meth:`_commit`)."""
+        self._choice = self.driver.choose(num_reqs, max_skip_tokens, not self._draft_available())
+        return self._choice.gamma
 
     def _step(self) -> None:
+        self._choice = None
         step = self.scheduler.schedule(self._choose)
         if step.is_empty:
             # NOTE: every running request is a prefill that found no blocks; free some.
             self.scheduler.preempt(self.scheduler.running[-1])
             return
-        step, draft_runs = self._draft_runs(step)
+        step, draft_runs = self._commit(step)
         cost = self.cost.cost(step, draft_runs)
-        decode_s = self._decode_only_s(step, draft_runs, cost.total_s)  # before state changes
         self.now_s += cost.total_s
         self.catchup_s += cost.catchup_s
         num_tokens, num_accepted = self._apply(step, draft_runs)
         self.num_steps += 1
-        if step.decodes:
-            sample = StepSample(
-                len(step.decodes),
-                self.last_gamma,
-                step.gamma,
-                num_tokens,
-                cost.total_s,
-                sum(chunk for _, chunk in step.prefills),
-                len(step.decodes) * step.gamma,
-                num_accepted,
-            )
-            self.last_gamma = step.gamma
-            self.last_num_reqs = len(step.decodes)
-            self._observe(sample, decode_s)
-        elif self.observation is not None:
-            # NOTE: as the engine, a step of prompt chunks alone is shown to the rule
-            # (it prices the target's prefill from it; never a policy sample).
-            drafted = self.last_gamma if draft_runs else 0
-            prompt_tokens = sum(chunk for _, chunk in step.prefills)
-            self.observation.observe(
-                StepSample(0, self.last_gamma, drafted, 0, cost.total_s, prompt_tokens)
-            )
+        num_first_tokens = sum(not r.is_prefilling for r, _ in step.prefills)
+        self.driver.on_output(
+            num_tokens + num_first_tokens,
+            len(step.decodes) * step.gamma,
+            num_accepted,
+            duration_s=cost.total_s,
+        )
         self._record(step, cost.total_s)
         if self.elastic is not None:
             self._elastic_step()
@@ -229,36 +211,14 @@ class SimServer:
             for req in self.scheduler.running:
                 req.draft_lag = req.num_computed
 
-    def _observe(self, sample: StepSample, decode_s: float) -> None:
-        """Feed the policy what the engine would (its observation rule), or the diagnostic."""
-        if self.observation is not None:
-            result = self.observation.observe(sample)
-        else:
-            result = StepResult(
-                sample.num_reqs,
-                sample.next_gamma,
-                sample.num_tokens,
-                decode_s,
-                sample.num_draft_tokens,
-                sample.num_accepted_tokens,
-            )
-        if result is not None:
-            self.policy.observe(result)
-
-    def _decode_only_s(self, step: ScheduledStep, draft_runs: bool, total_s: float) -> float:
-        """The ``decode`` diagnostic: the step's time without its prefill chunks."""
-        if self.options.observed_time != "decode" or not step.prefills:
-            return total_s
-        return self.cost.cost(replace(step, prefills=()), draft_runs).total_s
-
     def _draft_outvalued(self) -> bool:
         """The engine's rule (``memory/triggers.py: draft_outvalued``) on this step."""
         assert self.elastic is not None
         if not self.elastic.params.offload_outvalued:
             return False
-        num_reqs = self.last_num_reqs
+        gain, num_reqs = self.driver.draft_value()
         return draft_outvalued(
-            self.policy.speculation_gain(num_reqs) if num_reqs > 0 else None,
+            gain,
             num_reqs,
             len(self.scheduler.waiting),
             self.pool.num_blocks - self.pool.num_free_blocks,
@@ -266,49 +226,40 @@ class SimServer:
             self.setting.max_num_seqs,
         )
 
-    def _on_bin(self, key: int, _j: int, _b: int, explored: bool, _gamma: int) -> None:
-        self._bin_explored[key] = explored
-
     def sd_disabled(self) -> bool:
         """§6.1 condition (1) after the last step (see ``ServerOptions.offload_trigger``)."""
-        if self.last_gamma != 0:
-            return False
-        if self._bucket is None:
-            return True
-        return not self._bin_explored.get(self._bucket(self.last_num_reqs), False)
+        if self.options.offload_trigger == "played":
+            return self.driver.last_gamma == 0
+        return self.driver.sd_disabled
 
-    def _draft_runs(self, step: ScheduledStep) -> tuple[ScheduledStep, bool]:
-        """The step as it runs (gamma 0 if the draft gate stops it) and whether the draft
-        takes part; a step without decodes drafts with the last gamma, as the engine's."""
-        if not self._draft_available():
-            return step, False
-        if self.options.draft_when_off == "sync":
-            return step, True
-        gamma = step.gamma if step.decodes else self.last_gamma
-        if gamma > 0 and self.policy.draft_gate and not self._gate_allows(step, gamma):
-            if not step.decodes:
-                self.last_gamma = 0  # NOTE: as the engine's Stepper, the step played 0
-            return replace(step, gamma=0), False
-        return step, gamma > 0
+    def _commit(self, step: ScheduledStep) -> tuple[ScheduledStep, bool]:
+        """Hand the step to the driver (the draft gate may play gamma 0); returns the step
+        as it runs and whether the draft takes part (always, in ``sync`` mode)."""
+        available = self._draft_available()
+        choice = self._choice or self.driver.not_consulted(draft_away=not available)
+        if choice.consulted and choice.num_reqs != len(step.decodes):
+            # NOTE: reserving slots preempted decodes after the choice; B is what runs.
+            choice = replace(choice, num_reqs=len(step.decodes))
+        gamma = self.driver.commit(self._step_batch(step), choice, self.now_s)
+        if step.decodes and gamma != step.gamma:
+            step = replace(step, gamma=gamma)
+        return step, available and (self.options.draft_when_off == "sync" or gamma > 0)
 
-    def _gate_allows(self, step: ScheduledStep, gamma: int) -> bool:
-        """The engine's draft gate (``policy/draft_gate.py``) on this step's requests."""
+    def _step_batch(self, step: ScheduledStep) -> StepBatch:
+        """The step in the driver's terms, as the engine's scheduler reduces its own."""
         chunks = [*((r, 0) for r in step.decodes), *step.prefills]
-        owed = sum(r.draft_lag + chunk for r, chunk in chunks)
-        if owed == 0:
-            return True
-        remaining = sum(
-            remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r, _ in chunks
-        )
-        # as the engine's: the requests that sample this step (decodes, last chunks)
         num_sampling = sum(r.num_computed + chunk >= r.prefill_target for r, chunk in step.prefills)
-        num_reqs = max(1, len(step.decodes) + num_sampling)
-        explored = bool(step.decodes) and self.policy.last_explored
-        estimates = self.policy.latency_estimates(num_reqs)
-        price = None if self.observation is None else self.observation.prefill_s_per_token
-        at_zero = self.policy.latency_at_zero_s(num_reqs)
-        return self.gate.allows(
-            gamma, estimates, owed, remaining, price, explored=explored, latency_at_zero_s=at_zero
+        drafts_skipped = self.options.draft_when_off == "skip"
+        return StepBatch(
+            num_decode_reqs=len(step.decodes),
+            num_sampling_reqs=len(step.decodes) + num_sampling,
+            num_scheduled_reqs=len(chunks),
+            max_skip_tokens=max((r.draft_lag for r in step.decodes), default=0),
+            num_prefill_tokens=sum(chunk for _, chunk in step.prefills),
+            num_owed_tokens=sum(r.draft_lag + c for r, c in chunks) if drafts_skipped else 0,
+            num_remaining_tokens=sum(
+                remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r, _ in chunks
+            ),
         )
 
     def _apply(self, step: ScheduledStep, draft_runs: bool) -> tuple[int, int]:
@@ -341,13 +292,14 @@ class SimServer:
         spec = req.spec
         self.records.append(
             RequestRecord(
-                spec.req_id,
-                spec.arrival_s,
-                req.first_token_s,
-                self.now_s,
-                spec.num_prompt_tokens,
-                spec.num_output_tokens,
-                req.num_preemptions,
+                req_id=spec.req_id,
+                arrival_s=spec.arrival_s,
+                sent_s=spec.arrival_s,
+                num_prompt_tokens=spec.num_prompt_tokens,
+                num_output_tokens=spec.num_output_tokens,
+                first_token_s=req.first_token_s,
+                finish_s=self.now_s,
+                num_preemptions=req.num_preemptions,
             )
         )
 

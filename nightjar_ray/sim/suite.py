@@ -38,16 +38,14 @@ import functools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from nightjar_ray.sim.metrics import finish_s
 from nightjar_ray.sim.presets import Setting, get_dataset, get_setting
-from nightjar_ray.sim.workload import (
-    DEFAULT_TRACE,
-    RequestSpec,
-    fit_to_model,
-    poisson_gaps,
-    read_trace,
-    trace_workload,
-)
+from nightjar_ray.sim.workload import fit_to_model, trace_workload
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.arrivals import poisson_gaps
+from nightjar_ray.workload.trace import TRACE_ENV, read_trace
 
 CAPACITY_PROBE_REQUESTS = 300
 SUITE_REQUESTS = 480
@@ -132,43 +130,55 @@ def _capacity_qps(setting_name: str, mix_name: str) -> float:
             RequestSpec(i, t, *fit_to_model(*mix.sample(rng), setting.target.max_model_len))
         )
     result = run_contender(setting, Contender("off", "off", use_draft=False), specs, "sharegpt", 0)
-    return n / max(r.finish_s for r in result.records)
+    return n / max(finish_s(r) for r in result.records)
 
 
-def _low(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _low(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     return poisson(setting.trace_qps / 4, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _crossover(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _crossover(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     return poisson(setting.trace_qps, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _high(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _high(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     return poisson(2 * setting.trace_qps, SHAREGPT, setting, seed, SUITE_REQUESTS * scale)
 
 
-def _trace(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _trace(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     del seed  # the trace is the trace; acceptance and policy RNGs still vary with the seed
-    return trace_at(setting.trace_qps, setting.target.max_model_len, scale)
+    if trace_path is None:
+        raise ValueError(
+            f"the trace workload needs the Azure conversation trace: pass --trace PATH or set "
+            f"{TRACE_ENV}; leave 'trace' out of --workloads without it"
+        )
+    return trace_at(trace_path, setting.trace_qps, setting.target.max_model_len, scale)
 
 
 @functools.lru_cache(maxsize=8)
-def trace_at(qps: float, max_model_len: int, scale: int = 1) -> tuple[RequestSpec, ...]:
+def trace_at(
+    trace_path: Path, qps: float, max_model_len: int, scale: int = 1
+) -> tuple[RequestSpec, ...]:
     """The first ``scale`` x ``TRACE_WINDOW_S`` of the conversation trace, its clock
     compressed so that the first window arrives at ``qps``; a longer replay keeps that
     compression, so it follows the trace's own changes of rate after the first window."""
-    if not DEFAULT_TRACE.exists():
-        raise ValueError(
-            f"the trace workload needs the Azure trace at {DEFAULT_TRACE} (relative to the "
-            "working directory); leave 'trace' out of --workloads without it"
-        )
-    rows = read_trace(DEFAULT_TRACE)
+    rows = read_trace(trace_path)
     window = trace_workload(rows, 0.0, TRACE_WINDOW_S, 1.0, max_model_len)
     time_scale = len(window) / TRACE_WINDOW_S / qps
     return trace_workload(rows, 0.0, TRACE_WINDOW_S * scale, time_scale, max_model_len)
 
 
-def _prefill_heavy_burst(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _prefill_heavy_burst(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     rate = 0.4 * capacity_qps(setting, PREFILL_HEAVY)
     n = SUITE_REQUESTS // 2 * scale
     calm_s, burst_s = 0.4 * n / rate, 0.2 * n / (4 * rate)
@@ -177,17 +187,24 @@ def _prefill_heavy_burst(setting: Setting, seed: int, scale: int) -> tuple[Reque
     )
 
 
-def _long_output_load(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _long_output_load(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     rate = 0.5 * capacity_qps(setting, LONG_OUTPUT)
     return poisson(rate, LONG_OUTPUT, setting, seed, SUITE_REQUESTS // 2 * scale)
 
 
-def _on_off(setting: Setting, seed: int, scale: int) -> tuple[RequestSpec, ...]:
+def _on_off(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
     cap = capacity_qps(setting, SHAREGPT)
     return arrivals([(0.3 * cap, 60.0), (1.5 * cap, 60.0)] * 3 * scale, SHAREGPT, setting, seed)
 
 
-SUITE: dict[str, Callable[[Setting, int, int], tuple[RequestSpec, ...]]] = {
+SuiteGenerator = Callable[[Setting, int, int, Path | None], tuple[RequestSpec, ...]]
+"""(setting, seed, length scale, trace CSV or None) -> the workload."""
+
+SUITE: dict[str, SuiteGenerator] = {
     "low": _low,
     "crossover": _crossover,
     "high": _high,
@@ -199,14 +216,15 @@ SUITE: dict[str, Callable[[Setting, int, int], tuple[RequestSpec, ...]]] = {
 
 
 def suite_workload(
-    name: str, setting: Setting, seed: int, length_scale: int = 1
+    name: str, setting: Setting, seed: int, length_scale: int = 1, trace_path: Path | None = None
 ) -> tuple[RequestSpec, ...]:
     """Workload ``name`` of the suite for ``setting`` (deterministic for ``seed``).
 
     ``length_scale`` multiplies its length at the same rates: ``length_scale`` x the
     requests of a Poisson workload, x the trace window, x the on-off cycles. A longer
     stationary workload (``low``, ``crossover``, ``high``, ``long-output``) starts with
-    the shorter one: same seed, same draws.
+    the shorter one: same seed, same draws. ``trace`` replays ``trace_path`` (the Azure
+    conversation trace); the other workloads do not read it.
     """
     if not 1 <= length_scale <= MAX_LENGTH_SCALE:
         raise ValueError(f"length_scale must be in 1..{MAX_LENGTH_SCALE}, got {length_scale}")
@@ -214,4 +232,4 @@ def suite_workload(
         generate = SUITE[name]
     except KeyError:
         raise ValueError(f"unknown suite workload {name!r}; choose from {list(SUITE)}") from None
-    return generate(setting, seed, length_scale)
+    return generate(setting, seed, length_scale, trace_path)

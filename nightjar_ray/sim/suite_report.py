@@ -1,7 +1,7 @@
 """Run the workload suite (``suite.py``) over settings and seeds, and judge a policy on it.
 
-The judgement is the one the defaults are held to (docs/benchmarks.md, "Speculation that
-never loses"), per cell (setting, workload, seed), against the best static choice in
+The judgement is the one the defaults are held to (docs/benchmarks.md, "Workload suite
+(simulator)"), per cell (setting, workload, seed), against the best static choice in
 hindsight of that cell (``off`` or ``fixed-k``, by throughput):
 
 * throughput >= ``MIN_OF_BEST_STATIC`` of the best static's;
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from nightjar_ray.sim.experiments import (
     WARM_START_SEED_OFFSET,
@@ -72,12 +73,14 @@ def run_suite(
     jobs: int = 1,
     with_batch_oracle: bool = False,
     length_scale: int = 1,
+    trace_path: Path | None = None,
 ) -> list[SuiteCell]:
     """Every contender on every (setting, workload, seed); the dataset is ShareGPT's
     acceptance profile (lengths come from each workload). A warm-started contender
     (``Contender.warm_start``) first runs the same workload drawn with seed
     ``seed + WARM_START_SEED_OFFSET``; ``with_batch_oracle`` adds each setting's
-    ``batch_oracle``; ``length_scale`` lengthens every workload (``suite_workload``)."""
+    ``batch_oracle``; ``length_scale`` lengthens every workload and ``trace_path`` is the
+    trace the ``trace`` workload replays (``suite_workload``)."""
     knobs = knobs or RunKnobs()
     warm = any(c.warm_start for c in contenders)
     cells: list[SuiteCell] = []
@@ -85,11 +88,13 @@ def run_suite(
         setting = get_setting(name)
         line_up = [*contenders, *([batch_oracle(setting, "sharegpt")] if with_batch_oracle else [])]
         cases = [
-            (w, n, suite_workload(w, setting, n, length_scale)) for w in workloads for n in seeds
+            (w, n, suite_workload(w, setting, n, length_scale, trace_path))
+            for w in workloads
+            for n in seeds
         ]
         earlier = (
             [
-                suite_workload(w, setting, n + WARM_START_SEED_OFFSET, length_scale)
+                suite_workload(w, setting, n + WARM_START_SEED_OFFSET, length_scale, trace_path)
                 for w, n, _ in cases
             ]
             if warm

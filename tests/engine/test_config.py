@@ -25,7 +25,13 @@ def args(config: object, **kw: object) -> dict[str, object]:
         ({"policy": "nightjar", "policy_params": {"bucketing": "x"}}, "bucketing"),
         ({"policy_params": {"gamma_max": 2}}, "gamma_max"),
         ({"draft_sync": "sometimes"}, "draft_sync"),
-        ({"batch_size_rule": "all"}, "batch_size_rule"),
+        ({"draft_sync": "none"}, "draft_sync"),
+        ({"testing": {"chaos_cycle_steps": 0}}, "testing.chaos_cycle_steps"),
+        ({"testing": {"forced_gammas": [0, 7]}, "gamma_max": 3}, "testing.forced_gammas"),
+        ({"testing": {"policy_overrides": {"bucketing": "x"}}}, "testing.policy_overrides"),
+        ({"testing": {"policy_overrides": {"gamma_max": 2}}}, "gamma_max"),
+        ({"testing": {"batch_size_rule": "all"}}, "testing.batch_size_rule"),
+        ({"batch_size_rule": "decode"}, "batch_size_rule"),
         ({"log_interval_steps": -1}, "log_interval_steps"),
         ({"unknown_knob": 1}, "unknown_knob"),
         ({"switch_cost_profile": "/nonexistent/profile.csv"}, "profile.csv"),
@@ -51,7 +57,7 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
     assert NightjarConfig.from_additional_config(extra) == cfg
     policy_cfg = cfg.policy_config()
     assert policy_cfg.gamma_max == 3
-    assert policy_cfg.switch_cost_profile == str(profile)  # type: ignore[attr-defined]
+    assert "switch_cost_profile" not in type(policy_cfg).model_fields  # declared once
 
 
 @pytest.mark.parametrize(
@@ -84,7 +90,7 @@ def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:
         trained.observe(StepResult(8, gamma, 8 + gamma, 0.01 + 0.001 * gamma + step * 1e-9))
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(trained.snapshot()))
-    config = NightjarConfig(policy_params=params, policy_snapshot=str(path))
+    config = NightjarConfig(testing={"policy_overrides": params}, policy_snapshot=str(path))
     assert config.build_policy().snapshot() == trained.snapshot()
     # a snapshot of another policy, or no file, fails before vLLM starts, naming the field
     path.write_text(json.dumps(build_policy("dsd", {}, rng=random.Random(0)).snapshot()))
@@ -94,31 +100,61 @@ def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:
         NightjarConfig(policy_snapshot=str(tmp_path / "missing.json"))
 
 
-def test_elastic_memory_fields_are_validated_and_named() -> None:
-    cfg = NightjarConfig(elastic_memory={"chaos_cycle_steps": 4, "chaos_region_blocks": 3})
-    assert cfg.elastic_memory.chaos_cycle_steps == 4
-    assert NightjarConfig().elastic_memory.chaos_cycle_steps is None  # off by default
-    for bad in ({"chaos_cycle_steps": 0}, {"chaos_region_blocks": 0}, {"block_mover": "cuda"}):
-        with pytest.raises(ValueError, match="elastic_memory"):
-            NightjarConfig(elastic_memory=bad)
+def test_chaos_fields_are_validated_and_named() -> None:
+    cfg = NightjarConfig(testing={"chaos_cycle_steps": 4, "chaos_region_blocks": 3})
+    assert cfg.testing.chaos_cycle_steps == 4 and cfg.moves_memory and not cfg.offloads_draft
+    assert NightjarConfig().testing.chaos_cycle_steps is None  # off by default
+    for bad in ({"chaos_cycle_steps": 0}, {"chaos_region_blocks": 0}):
+        with pytest.raises(ValueError, match=f"testing.{next(iter(bad))}"):
+            NightjarConfig(testing=bad)
+    with pytest.raises(ValueError, match=r"elastic_memory\.block_mover"):
+        NightjarConfig(elastic_memory={"block_mover": "cuda"})
     with pytest.raises(ValueError, match="extra"):
         NightjarConfig(elastic_memory={"tau_low": 3})
+    # the chaos switches are not elastic_memory fields any more
+    with pytest.raises(ValueError, match=r"elastic_memory\.chaos_cycle_steps"):
+        NightjarConfig(elastic_memory={"chaos_cycle_steps": 4})
 
 
 def test_draft_offload_chaos_needs_the_catch_up() -> None:
-    NightjarConfig(elastic_memory={"chaos_offload_steps": 3})
+    assert NightjarConfig(testing={"chaos_offload_steps": 3}).offloads_draft
     with pytest.raises(ValueError, match="chaos_offload_steps needs draft_sync='catch-up'"):
-        NightjarConfig(draft_sync="stock", elastic_memory={"chaos_offload_steps": 3})
+        NightjarConfig(draft_sync="stock", testing={"chaos_offload_steps": 3})
+    with pytest.raises(ValueError, match=r"got testing\.skip_catch_up"):
+        NightjarConfig(testing={"chaos_offload_steps": 3, "skip_catch_up": True})
+
+
+def test_skip_catch_up_is_the_testing_control_of_draft_sync() -> None:
+    assert NightjarConfig().draft_sync_mode == "catch-up"
+    assert NightjarConfig(draft_sync="stock").draft_sync_mode == "stock"
+    assert NightjarConfig(testing={"skip_catch_up": True}).draft_sync_mode == "none"
+    with pytest.raises(ValueError, match=r"testing\.skip_catch_up needs draft_sync='catch-up'"):
+        NightjarConfig(draft_sync="stock", testing={"skip_catch_up": True})
+
+
+def test_forced_gammas_replace_the_policy() -> None:
+    cfg = NightjarConfig(
+        gamma_max=3, testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 2}
+    )
+    policy = cfg.build_policy()
+    assert [policy.choose(4, 0) for _ in range(6)] == [0, 0, 3, 3, 0, 0]
+    assert NightjarConfig().testing.forced_gammas is None
+    with pytest.raises(ValueError, match=r"testing\.forced_gammas and policy_snapshot"):
+        NightjarConfig(testing={"forced_gammas": [0]}, policy_snapshot="/any/snapshot.json")
 
 
 def test_elastic_controller_fields_are_validated_and_named() -> None:
-    config = NightjarConfig(elastic_memory={"enabled": True}).elastic_memory
+    enabled = NightjarConfig(elastic_memory={"enabled": True})
+    config = enabled.elastic_memory
     assert config.tau_low_fraction == 0.10 and config.expand_persist_steps == 8
-    assert config.any_enabled and not NightjarConfig().elastic_memory.any_enabled
+    assert enabled.moves_memory and enabled.offloads_draft and not NightjarConfig().moves_memory
     for bad in ({"tau_low_fraction": -0.1}, {"expand_persist_steps": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             NightjarConfig(elastic_memory={"enabled": True, **bad})
     with pytest.raises(ValueError, match="enabled needs draft_sync='catch-up'"):
         NightjarConfig(draft_sync="stock", elastic_memory={"enabled": True})
-    with pytest.raises(ValueError, match="set one of them"):
-        NightjarConfig(elastic_memory={"enabled": True, "chaos_cycle_steps": 2})
+    with pytest.raises(
+        ValueError,
+        match=r"elastic_memory\.enabled and testing\.chaos_cycle_steps .* set one of them",
+    ):
+        NightjarConfig(elastic_memory={"enabled": True}, testing={"chaos_cycle_steps": 2})

@@ -3,7 +3,7 @@
 import pytest
 from vllm.v1.core.block_pool import BlockPool
 
-from nightjar_ray.engine.elastic_pool import ElasticBlockPool
+from nightjar_ray.engine.block_pool import ElasticBlockPool
 
 
 def _pool(num_blocks: int = 12, max_blocks: int = 20) -> ElasticBlockPool:
@@ -75,7 +75,7 @@ def test_max_blocks_below_the_pool_is_an_error() -> None:
 
 
 def test_compaction_cycle_alternates_retries_and_counts() -> None:
-    from nightjar_ray.engine.compaction import CompactionCycle
+    from nightjar_ray.memory.cycles import CompactionCycle
 
     elastic = _pool(12, 12)
     cycle = CompactionCycle(elastic, region_blocks=4, cycle_steps=2)
@@ -97,14 +97,14 @@ def test_compaction_cycle_alternates_retries_and_counts() -> None:
 
 
 def test_compaction_region_must_leave_a_usable_block() -> None:
-    from nightjar_ray.engine.compaction import CompactionCycle
+    from nightjar_ray.memory.cycles import CompactionCycle
 
     with pytest.raises(ValueError, match="chaos_region_blocks"):
         CompactionCycle(_pool(12, 12), region_blocks=11, cycle_steps=1)
 
 
 def test_draft_cycle_alternates_offload_and_reload() -> None:
-    from nightjar_ray.engine.draft_cycle import DraftCycle
+    from nightjar_ray.memory.cycles import DraftCycle
 
     cycle = DraftCycle(2)
     events = [cycle.before_schedule() for _ in range(8)]

@@ -6,7 +6,6 @@ import itertools
 import pytest
 
 from nightjar_ray.engine import NightjarConfig
-from nightjar_ray.engine.config import DraftSyncMode
 from nightjar_ray.engine.offline import (
     SpecCounters,
     draft_stats,
@@ -22,14 +21,10 @@ pytestmark = pytest.mark.engine
 
 
 def switching_run(
-    pair: ModelPair, prompts: list[list[int]], draft_sync: DraftSyncMode
+    pair: ModelPair, prompts: list[list[int]], catch_up: bool
 ) -> tuple[SpecCounters, int]:
-    config = NightjarConfig(
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 4},
-        gamma_max=3,
-        draft_sync=draft_sync,
-    )
+    testing = {"forced_gammas": [0, 3], "forced_steps_per_gamma": 4}
+    config = NightjarConfig(gamma_max=3, testing={**testing, "skip_catch_up": not catch_up})
     with offline_engine(pair, config, **SMALL_ENGINE) as llm:
         run_batch(llm, prompts, max_tokens=64)
         steps = draft_stats(llm)["steps"]
@@ -45,7 +40,7 @@ def switching_run(
 def test_acceptance_survives_switches_with_catch_up(
     copy_pair: ModelPair, prompts: list[list[int]]
 ) -> None:
-    caught_up, resumes = switching_run(copy_pair, prompts, "catch-up")
+    caught_up, resumes = switching_run(copy_pair, prompts, catch_up=True)
     assert resumes >= 4
     assert caught_up.num_draft_tokens > 100
     assert caught_up.acceptance_rate >= 0.9
@@ -54,7 +49,7 @@ def test_acceptance_survives_switches_with_catch_up(
 def test_acceptance_collapses_without_catch_up(
     copy_pair: ModelPair, prompts: list[list[int]]
 ) -> None:
-    stale, resumes = switching_run(copy_pair, prompts, "none")
+    stale, resumes = switching_run(copy_pair, prompts, catch_up=False)
     assert resumes >= 4
     assert stale.num_draft_tokens > 100
     assert stale.acceptance_rate < 0.6

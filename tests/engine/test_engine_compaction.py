@@ -1,6 +1,6 @@
 """KV compaction under load on the real engine: greedy outputs do not change.
 
-The chaos cycle (``ElasticMemoryConfig.chaos_cycle_steps``) gives the top blocks of a
+The chaos cycle (``TestingConfig.chaos_cycle_steps``) gives the top blocks of a
 small KV pool back every other step while many requests generate, so requests hold
 blocks in the region when it is compacted; their KV pages move, every rank's block
 tables are rewritten (``engine/block_remap.py``) and, the KV cache living in the arena
@@ -42,9 +42,12 @@ def test_compaction_cycles_under_load_are_lossless(
 ) -> None:
     config = NightjarConfig(
         gamma_max=3,
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 3},
-        elastic_memory={"chaos_cycle_steps": 1, "chaos_region_blocks": 12},
+        testing={
+            "forced_gammas": [0, 3],
+            "forced_steps_per_gamma": 3,
+            "chaos_cycle_steps": 1,
+            "chaos_region_blocks": 12,
+        },
     )
     with offline_engine(lossy_pair, config, **TIGHT_ENGINE) as llm:
         runs = [run_batch(llm, many_prompts, MAX_TOKENS).token_ids for _ in range(2)]
@@ -88,9 +91,12 @@ def test_tp2_ranks_apply_the_same_moves_and_stay_lossless(
 ) -> None:
     config = NightjarConfig(
         gamma_max=3,
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 3},
-        elastic_memory={"chaos_cycle_steps": 1, "chaos_region_blocks": 12},
+        testing={
+            "forced_gammas": [0, 3],
+            "forced_steps_per_gamma": 3,
+            "chaos_cycle_steps": 1,
+            "chaos_region_blocks": 12,
+        },
     )
     with offline_engine(lossy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
         outputs = run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids
@@ -112,15 +118,13 @@ def test_tp2_ranks_offload_grow_compact_and_reload_together(
     reload the same number of times, move the same blocks, and stay lossless."""
     config = NightjarConfig(
         gamma_max=3,
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 6},
         elastic_memory={
             "enabled": True,
             "tau_low_fraction": 0.3,  # 12 requests on 36 blocks: scarce at 11 free
             "expand_persist_steps": 2,
             "contract_persist_steps": 2,
-            "self_check": True,
         },
+        testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 6, "self_check": True},
     )
     with offline_engine(lossy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
         outputs = run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids

@@ -68,7 +68,7 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
         policy="fixed",
         policy_params={"gamma": 3},
         decision_log_path=str(log),
-        elastic_memory={
+        testing={
             "chaos_offload_steps": 5,
             "chaos_cycle_steps": 2,
             "chaos_region_blocks": 8,
@@ -103,11 +103,11 @@ ELASTIC = {
     "enabled": True,
     "expand_persist_steps": EXPAND_PERSIST_STEPS,
     "contract_persist_steps": 2,
-    "chaos_reload_delay_s": 0.1,
-    "self_check": True,
 }
-"""The controller with short persistence (a small test) and a reload held 0.1 s in its
-background thread, so that steps run (and requests arrive) while the draft loads."""
+CHECKED = {"chaos_reload_delay_s": 0.1, "self_check": True}
+"""``ELASTIC``: the controller with short persistence (a small test); ``CHECKED`` (testing):
+every reload held 0.1 s in its background thread, so that steps run (and requests arrive)
+while the draft loads, and checked against the weights' digest."""
 
 
 @dataclass(frozen=True)
@@ -134,10 +134,9 @@ def elastic_engine(
     log = tmp_path_factory.mktemp("elastic") / "decisions.jsonl"
     config = NightjarConfig(
         gamma_max=3,
-        policy="cyclic",
-        policy_params={"gammas": [0, 3], "steps_per_gamma": 6},
         decision_log_path=str(log),
         elastic_memory=ELASTIC,
+        testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 6, **CHECKED},
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
         runs = [run_batch(llm, copy_prompts, MAX_TOKENS).token_ids for _ in range(2)]
@@ -226,7 +225,11 @@ def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
     the policy is speculating, the paper's condition (1) does not hold. Lossless."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3, policy="nightjar", decision_log_path=str(log), elastic_memory=ELASTIC
+        gamma_max=3,
+        policy="nightjar",
+        decision_log_path=str(log),
+        elastic_memory=ELASTIC,
+        testing=CHECKED,
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
         out = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids

@@ -20,7 +20,7 @@ from .conftest import MAX_TOKENS, SMALL_ENGINE
 
 pytestmark = pytest.mark.engine
 
-CYCLIC_0_3 = {"policy": "cyclic", "policy_params": {"gammas": [0, 3], "steps_per_gamma": 3}}
+FORCED_0_3 = {"testing": {"forced_gammas": [0, 3], "forced_steps_per_gamma": 3}}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_forced_0_3_schedule_is_lossless_and_skips_the_draft(
     lossy_pair: ModelPair, prompts: list[list[int]], reference: list[list[int]], tmp_path: Path
 ) -> None:
     outputs, stats, decisions = run_nightjar(
-        lossy_pair, prompts, tmp_path / "d.jsonl", **CYCLIC_0_3
+        lossy_pair, prompts, tmp_path / "d.jsonl", **FORCED_0_3
     )
     assert outputs == reference
     steps = stats["steps"]
@@ -97,7 +97,7 @@ def test_ngram_method_with_forced_schedule_is_lossless(
     lossy_pair: ModelPair, prompts: list[list[int]], reference: list[list[int]], tmp_path: Path
 ) -> None:
     outputs, stats, decisions = run_nightjar(
-        lossy_pair, prompts, tmp_path / "d.jsonl", method="ngram", **CYCLIC_0_3
+        lossy_pair, prompts, tmp_path / "d.jsonl", method="ngram", **FORCED_0_3
     )
     assert outputs == reference
     assert {d["gamma"] for d in decisions} == {0, 3}

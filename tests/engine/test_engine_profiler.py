@@ -1,7 +1,7 @@
-"""``nightjar-ray profile-switch-cost`` writes the C_switch table of the catch-ups it timed.
+"""``benchmarks/profile_switch_cost.py`` writes the C_switch table of the catch-ups it timed.
 
-Whether the cost grows with L_max on this machine is a timing, which the benchmarks
-report; here each cell must be a measured catch-up of B requests lagging L tokens (the
+Whether the cost grows with L_max on this machine is a timing, which the benchmark
+reports; here each cell must be a measured catch-up of B requests lagging L tokens (the
 profiler fails unless it observes one) and the table must hold what it printed.
 """
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nightjar_ray.cli.main import main
+from benchmarks.profile_switch_cost import main
 from nightjar_ray.models.pair import ModelPair
 from nightjar_ray.policy import SwitchCostTable
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.research]
 
 PROGRESS = re.compile(r"L_max=\s*(\d+) B=\s*(\d+) C_switch=\s*([\d.]+) ms")
 
@@ -23,7 +23,7 @@ def test_profiler_writes_a_table_of_the_catch_ups_it_timed(
     lossy_pair: ModelPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "switch-cost.csv"
-    argv = ["profile-switch-cost", "--out", str(out), "--target", str(lossy_pair.target_dir)]
+    argv = ["--out", str(out), "--target", str(lossy_pair.target_dir)]
     argv += ["--draft", str(lossy_pair.draft_dir), "--skip-tokens", "8,384"]
     argv += ["--batch-sizes", "1,4", "--repeats", "1"]
     assert main(argv) == 0

@@ -3,19 +3,34 @@
 import pytest
 from vllm.v1.core.block_pool import BlockPool
 
+from nightjar_ray.engine.block_pool import ElasticBlockPool
 from nightjar_ray.engine.config import ElasticMemoryConfig
-from nightjar_ray.engine.memory_controller import ElasticController
+from nightjar_ray.engine.scheduler import controller_params
+from nightjar_ray.memory.controller import ElasticController
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
 CONFIG = ElasticMemoryConfig(enabled=True, expand_persist_steps=2, contract_persist_steps=2)
 """tau_low = ceil(10% of the 20 usable blocks) = 2."""
 
 
+def _on_vllm_pool(
+    pool: BlockPool, config: ElasticMemoryConfig, telemetry: EngineTelemetry, **kw: object
+) -> ElasticController:
+    """The controller as the scheduler builds it, on vLLM's own BlockPool."""
+    return ElasticController(
+        lambda num_max_blocks: ElasticBlockPool(pool, num_max_blocks),
+        pool.num_gpu_blocks,
+        controller_params(config),
+        telemetry,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 def _controller() -> tuple[ElasticController, BlockPool, EngineTelemetry]:
     pool = BlockPool(21, enable_caching=True, hash_block_size=16)
     telemetry = EngineTelemetry(3)
     ticks = iter(range(1000))
-    controller = ElasticController(pool, CONFIG, telemetry, clock=lambda: float(next(ticks)))
+    controller = _on_vllm_pool(pool, CONFIG, telemetry, clock=lambda: float(next(ticks)))
     return controller, pool, telemetry
 
 
@@ -102,7 +117,7 @@ def test_a_draft_that_frees_no_block_leaves_the_controller_off() -> None:
     pool.get_new_blocks(20)
     assert all(_step(c, pool, sd_disabled=True, waiting=1) is None for _ in range(5))
     with pytest.raises(ValueError, match="max_num_blocks"):
-        ElasticController(pool, CONFIG, EngineTelemetry(3)).on_worker_output(20, False)
+        _on_vllm_pool(pool, CONFIG, EngineTelemetry(3)).on_worker_output(20, False)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +129,7 @@ def test_a_draft_outvalued_by_its_memory_is_offloaded_while_speculating(
 ) -> None:
     pool = BlockPool(21, enable_caching=True, hash_block_size=16)
     config = CONFIG.model_copy(update={"offload_outvalued": offload_outvalued})
-    c = ElasticController(pool, config, EngineTelemetry(3), max_num_reqs=8)
+    c = _on_vllm_pool(pool, config, EngineTelemetry(3), max_num_reqs=8)
     c.on_worker_output(num_max_blocks=31, draft_ready=False)
     pool.get_new_blocks(19)  # 1 free < tau_low 2; 4 requests on 19 blocks -> 6 on 29 (x1.5)
     for _ in range(2):

@@ -1,13 +1,13 @@
-"""Stepper: B, gamma attribution, observation rule and async-safe step timing."""
+"""StepDriver: B, gamma attribution, observation rule and async-safe step timing."""
 
 import random
 from dataclasses import replace
 
 import pytest
 
-from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.policy import Policy, StepResult, build_policy
-from nightjar_ray.policy.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
+from nightjar_ray.driver.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
+from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.policy import ForcedSchedulePolicy, Policy, StepResult, build_policy
 
 
 class FakeClock:
@@ -43,10 +43,16 @@ class Recorder:
         return self.policy.last_explored
 
 
-def make(name: str, params: dict[str, object], **kw: object) -> tuple[Stepper, Recorder, FakeClock]:
-    rec = Recorder(build_policy(name, params, rng=random.Random(0)))
+def make(
+    name: str, params: dict[str, object], **kw: object
+) -> tuple[StepDriver, Recorder, FakeClock]:
+    if name == "forced":  # the testing seam's schedule, not a registered policy
+        policy: Policy = ForcedSchedulePolicy(**params)  # type: ignore[arg-type]
+    else:
+        policy = build_policy(name, params, rng=random.Random(0))
+    rec = Recorder(policy)
     clock = FakeClock()
-    stepper = Stepper(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
+    stepper = StepDriver(rec, gamma_cap=4, clock=clock, **kw)  # type: ignore[arg-type]
     return stepper, rec, clock
 
 
@@ -66,14 +72,14 @@ def test_batch_size_counts_decodes_not_prefills() -> None:
 
 
 def test_no_sampling_request_keeps_previous_gamma_without_asking() -> None:
-    stepper, rec, _ = make("cyclic", {"gammas": [3, 0], "steps_per_gamma": 1, "gamma_max": 4})
+    stepper, rec, _ = make("forced", {"gammas": [3, 0], "steps_per_gamma": 1, "gamma_max": 4})
     assert stepper.on_schedule(decode(2), 0.0) == 3
     assert stepper.on_schedule(StepBatch(0, 0, 1, 0), 0.0) == 3
     assert len(rec.chosen) == 1
 
 
 def test_only_steady_steps_are_observed_with_the_verified_gamma() -> None:
-    stepper, rec, clock = make("cyclic", {"gammas": [0, 3], "steps_per_gamma": 2, "gamma_max": 4})
+    stepper, rec, clock = make("forced", {"gammas": [0, 3], "steps_per_gamma": 2, "gamma_max": 4})
     gammas = []
     for _t in range(6):
         gammas.append(stepper.on_schedule(decode(2), clock.now))
@@ -152,7 +158,7 @@ def test_steps_carrying_prefill_follow_the_observation_rule() -> None:
 
 def test_telemetry_counts_every_step_by_gamma_switches_and_observed_goodput() -> None:
     gammas = [0, 0, 2, 2, 0, 3, 3, 3]
-    stepper, _, clock = make("cyclic", {"gammas": gammas, "steps_per_gamma": 1, "gamma_max": 4})
+    stepper, _, clock = make("forced", {"gammas": gammas, "steps_per_gamma": 1, "gamma_max": 4})
     for _ in gammas:
         stepper.on_schedule(decode(3), clock.now)
         clock.now += 0.01
@@ -181,7 +187,7 @@ def test_nightjar_reports_exploration_decisions() -> None:
 def test_draft_away_steps_play_zero_and_neither_ask_nor_teach_the_policy() -> None:
     policy = Recorder(build_policy("fixed", {"gamma": 3, "gamma_max": 3}, rng=random.Random(0)))
     clock = FakeClock()
-    stepper = Stepper(policy, gamma_cap=3, clock=clock, observation_rule="step")  # type: ignore[arg-type]
+    stepper = StepDriver(policy, gamma_cap=3, clock=clock, observation_rule="step")  # type: ignore[arg-type]
     batch = StepBatch(4, 4, 4, 0)
     for away in (True, True, False, False):
         gamma = stepper.on_schedule(batch, clock.now, draft_away=away)
@@ -213,7 +219,7 @@ class Scripted:
 def test_sd_disabled_means_an_exploited_gamma_zero() -> None:
     """§6.1 condition (1), the simulator's ``offload_trigger="exploited"``."""
     script = [(3, False), (0, True), (0, False), (2, True)]
-    stepper = Stepper(Scripted(script), gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
+    stepper = StepDriver(Scripted(script), gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
     disabled = []
     for _ in script:
         stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
@@ -244,7 +250,7 @@ def price_target_prefill(rule: ObservationRule, s_per_token: float) -> None:
 
 def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
     script = [(3, False)] * 4 + [(3, True)] * 2
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         Estimating(script), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     long_prompt = StepBatch(0, 1, 1, 0, 1000, num_owed_tokens=1000, num_remaining_tokens=10)
@@ -275,7 +281,7 @@ class StillLearning(Estimating):
 
 
 def test_draft_gate_judges_a_key_still_learning_by_the_best_case() -> None:
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         StillLearning([(2, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     price_target_prefill(stepper.observation, s_per_token=1e-3)
@@ -296,7 +302,7 @@ class BatchAware(Estimating):
 
 
 def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
-    stepper = Stepper(  # type: ignore[arg-type]
+    stepper = StepDriver(  # type: ignore[arg-type]
         BatchAware([(3, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     price_target_prefill(stepper.observation, s_per_token=1e-3)
@@ -313,7 +319,7 @@ def test_draft_value_is_the_policy_gain_at_the_last_scheduled_batch() -> None:
     policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
     for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
         policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
-    stepper = Stepper(policy, gamma_cap=2, clock=FakeClock())
+    stepper = StepDriver(policy, gamma_cap=2, clock=FakeClock())
     assert stepper.draft_value() == (None, 0)  # nothing scheduled yet
     stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
     gain, num_reqs = stepper.draft_value()

@@ -19,10 +19,10 @@ from nightjar_ray.loadgen.bench import (
     run_rounds,
     scenarios,
 )
-from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
 from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import RequestRecord, RequestSpec
 from tests.support import SHARED_TRACE
 
 SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2, "slow": 0.8}
@@ -36,11 +36,11 @@ def _fake_runner(calls: list[tuple[str, int]], drift: list[float]):  # type: ign
         scale = drift[(len(calls) - 1) // 3 % len(drift)] / SPEED[contender]
         records = []
         for spec in requests:
+            sent, out = spec.arrival_s, spec.num_output_tokens
             r = RequestRecord(
-                spec.index, spec.arrival_s, len(spec.prompt_token_ids), spec.max_tokens
-            )
-            r.status, r.ttft_s, r.e2e_s = "ok", 0.1 * scale, 1.0 * scale
-            r.num_output_tokens = spec.max_tokens
+                spec.req_id, sent, sent, spec.num_prompt_tokens, out,
+                sent + 0.1 * scale, sent + 1.0 * scale, max_tokens=out,
+            )  # fmt: skip
             records.append(r)
         return RunResult(records, 0.0, 10.0 * scale)
 
@@ -114,7 +114,8 @@ def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
         assert counts["trace"] == pytest.approx(300, rel=0.3)  # 0.5x capacity on average
     assert counts["prefill-heavy"] == pytest.approx(120, rel=0.2)  # 0.2x: long prompts
     heavy = table["prefill-heavy"].build(1.0, 0, 60.0, 1000)
-    assert all(512 <= len(r.prompt_token_ids) <= 1024 and r.max_tokens <= 16 for r in heavy)
+    assert all(512 <= r.num_prompt_tokens <= 1024 and r.num_output_tokens <= 16 for r in heavy)
+    assert all(r.prompt is not None and len(r.prompt) == r.num_prompt_tokens for r in heavy)
 
 
 def test_waves_keep_off_resident_and_cap_the_apps() -> None:

@@ -3,10 +3,13 @@ and the sampling loop against the SSE stub (the real server runs in tests/serve)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from nightjar_ray.cli.main import main
 from nightjar_ray.cli.soak import soak_requests
-from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.soak import (
     SoakSample,
     parse_gauges,
@@ -15,7 +18,8 @@ from nightjar_ray.loadgen.soak import (
     slope_per_hour,
     summarize_soak,
 )
-from nightjar_ray.loadgen.workload import RequestSpec
+from nightjar_ray.workload import RequestRecord, RequestSpec
+from nightjar_ray.workload.trace import TRACE_ENV
 from tests.support import shared_trace
 
 from .test_client_stream import stub  # noqa: F401  (fixture)
@@ -47,7 +51,7 @@ def _sample(t: float, rss: int, free: float) -> SoakSample:
 
 
 def _run(statuses: list[str]) -> RunResult:
-    records = [RequestRecord(i, 0.0, 4, 4, status=s) for i, s in enumerate(statuses)]
+    records = [RequestRecord(i, 0.0, 0.0, 4, 4, 0.5, 1.0, s) for i, s in enumerate(statuses)]
     return RunResult(records, 0.0, 600.0)
 
 
@@ -87,9 +91,23 @@ def test_soak_requests_span_the_minutes_at_the_mean_rate() -> None:
     reqs = soak_requests(shared_trace(), 30.0, 0.4, 2048)
     assert 0.85 * 720 < len(reqs) < 1.15 * 720
     assert reqs[-1].arrival_s > 0.97 * 1800 and all(r.arrival_s < 1800 for r in reqs)
-    assert (
-        max(r.max_tokens for r in reqs) <= 96 and max(len(r.prompt_token_ids) for r in reqs) <= 256
-    )
+    assert max(r.num_output_tokens for r in reqs) <= 96
+    assert max(r.num_prompt_tokens for r in reqs) <= 256
+    assert all(r.prompt is not None and len(r.prompt) == r.num_prompt_tokens for r in reqs)
+
+
+def test_soak_without_a_trace_exits_saying_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    with pytest.raises(
+        SystemExit, match=f"soak: no trace given: pass --trace PATH or set {TRACE_ENV}"
+    ):
+        main(["soak", "--out", str(tmp_path)])
+    missing = tmp_path / "missing.csv"
+    monkeypatch.setenv(TRACE_ENV, str(missing))
+    with pytest.raises(SystemExit, match=f"soak: {TRACE_ENV}: trace file {missing} does not"):
+        main(["soak", "--out", str(tmp_path)])
 
 
 def test_run_soak_samples_during_and_around_the_load(stub: str) -> None:  # noqa: F811
@@ -102,7 +120,7 @@ def test_run_soak_samples_during_and_around_the_load(stub: str) -> None:  # noqa
         calls.append(1)
         return {"worker": 10 * len(calls)}, {"ray_nightjar_kv_free_blocks": 5.0}
 
-    reqs = [RequestSpec(i, 0.25 * i, (1, 2), 0) for i in range(6)]
+    reqs = [RequestSpec(i, 0.25 * i, 2, 0, (1, 2)) for i in range(6)]
     samples, before, after, run = run_soak(stub, "m", reqs, sampler, 0.2, settle_s=0.0)
     assert all(r.ok for r in run.records) and len(run.records) == 6
     assert before.t_s < samples[0].t_s and samples[-1].t_s <= after.t_s

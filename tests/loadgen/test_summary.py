@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import pytest
 
-from nightjar_ray.loadgen.client import RequestRecord, RunResult
+from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.summary import parse_slos, percentile, summarize
+from nightjar_ray.workload import RequestRecord
 
 
 def _ok(i: int, ttft: float, e2e: float, out: int, itl: list[float]) -> RequestRecord:
-    r = RequestRecord(i, float(i), num_prompt_tokens=10, max_tokens=out, status="ok")
-    r.ttft_s, r.e2e_s, r.num_output_tokens, r.itl_s = ttft, e2e, out, itl
-    return r
+    sent = float(i)
+    return RequestRecord(
+        i, sent, sent, 10, out, sent + ttft, sent + e2e, max_tokens=out, itl_s=tuple(itl)
+    )
+
+
+def _failed(i: int, status: str, error: str) -> RequestRecord:
+    return RequestRecord(i, float(i), float(i), 10, 0, None, None, status, error, max_tokens=5)
 
 
 def _run() -> RunResult:
     records = [
         _ok(0, 0.1, 1.1, 11, [0.1] * 10),
         _ok(1, 0.3, 2.3, 21, [0.1] * 20),
-        RequestRecord(2, 2.0, 10, 5, status="http_500", error="boom"),
-        RequestRecord(3, 3.0, 10, 5, status="error", error="ReadTimeout"),
+        _failed(2, "http_500", "boom"),
+        _failed(3, "error", "ReadTimeout"),
     ]
     return RunResult(records, 0.0, 4.0)
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from nightjar_ray.memory.arena import KVArena
+from nightjar_ray.memory.arena import CPUKVArena, KVArena
 from nightjar_ray.memory.kernels import PageLayout, build_block_mover, move_blocks_torch
 
 PAGES = (4096, 4096, 2048)  # two target layers, one smaller draft layer
@@ -15,7 +15,7 @@ MOVES = {40: 3, 41: 7, 63: 0}
 
 
 def _filled_arena() -> KVArena:
-    arena = KVArena(PAGES, 64)
+    arena = CPUKVArena(PAGES, 64)
     gen = torch.Generator().manual_seed(0)
     arena.buffer.copy_(torch.randint(-128, 127, (arena.num_bytes,), generator=gen).to(torch.int8))
     return arena
@@ -77,7 +77,7 @@ def test_unknown_mover_and_bad_layouts_are_errors() -> None:
 
 
 def test_arena_reservation_costs_nothing_until_pages_are_written() -> None:
-    arena = KVArena((1 << 18,) * 4, 256)  # 256 MiB reserved
+    arena = CPUKVArena((1 << 18,) * 4, 256)  # 256 MiB reserved
     assert arena.num_bytes == 256 << 20
     assert arena.resident_bytes() == 0
     arena.layer_pages(1)[:10] = 1

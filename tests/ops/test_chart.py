@@ -183,6 +183,7 @@ def test_bad_values_fail_with_the_field_named(values: dict[str, Any], field: str
         ({"gamma_max": 0}, "nightjar/gamma_max"),
         ({"pooling": {"sync_interval_s": -1}}, "nightjar/pooling/sync_interval_s"),
         ({"draft_sync": "sometimes"}, "nightjar/draft_sync"),
+        ({"draft_sync": "none"}, "nightjar/draft_sync"),
         ({"gama_max": 4}, "gama_max"),
     ],
 )
@@ -194,3 +195,14 @@ def test_bad_nightjar_block_fails_at_install(nightjar: dict[str, Any], field: st
         render(_app_with(nightjar))
     with pytest.raises(ValueError, match="invalid config: nightjar"):
         parse_app_config(_app_with(nightjar)["serveConfig"]["applications"][0]["args"])
+
+
+def test_the_testing_block_is_not_part_of_the_chart() -> None:
+    """Test-only switches (chaos runs set them through Serve) are refused at install."""
+    import helm_python as helm
+
+    nightjar = {"policy": "nightjar", "testing": {"chaos_cycle_steps": 3}}
+    with pytest.raises(helm.HelmValuesError, match="testing"):
+        render(_app_with(nightjar))
+    parsed = parse_app_config(_app_with(nightjar)["serveConfig"]["applications"][0]["args"])
+    assert parsed.nightjar.testing.chaos_cycle_steps == 3

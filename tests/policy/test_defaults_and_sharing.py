@@ -7,22 +7,45 @@ import random
 import pytest
 
 from nightjar_ray.policy import StepResult, build_policy
-from nightjar_ray.policy.config import NightjarPaperPolicyConfig, NightjarPolicyConfig
 from nightjar_ray.policy.nightjar import NightjarPaperPolicy, NightjarPolicy
+from nightjar_ray.policy.presets import NightjarParams, nightjar_params
+
+DEFAULTS = {
+    "gamma_max": 4,
+    "bucketing": "pow2",
+    "switch_cost_ms": 0.0,
+    "switch_cost_weight": 0.0,
+    "latency_estimator": "factored",
+    "tokens_prior_req_steps": 16.0,
+    "exploration": "local",
+    "explore_bin_steps": 2,
+    "share_across_keys": False,
+    "min_arm_tokens_per_req": 1.0,
+    "draft_gate": True,
+    "price_draft_memory": True,
+}
+PAPER = {
+    **DEFAULTS,
+    "bucketing": "exact",
+    "switch_cost_weight": 1.0,
+    "latency_estimator": "step-mean",
+    "exploration": "uniform",
+    "explore_bin_steps": None,
+    "min_arm_tokens_per_req": 0.0,
+    "draft_gate": False,
+    "price_draft_memory": False,
+}
 
 
-def test_defaults_differ_from_the_paper_preset_only_where_measured() -> None:
-    default, paper = NightjarPolicyConfig(), NightjarPaperPolicyConfig()
-    assert (default.bucketing, paper.bucketing) == ("pow2", "exact")
-    assert (default.latency_estimator, paper.latency_estimator) == ("factored", "step-mean")
-    assert (default.tokens_prior_req_steps, paper.tokens_prior_req_steps) == (16.0, 16.0)
-    assert (default.exploration, paper.exploration) == ("local", "uniform")
-    assert (default.explore_bin_steps, paper.explore_bin_steps) == (2, None)
-    assert (default.switch_cost_weight, paper.switch_cost_weight) == (0.0, 1.0)
-    assert (default.share_across_keys, paper.share_across_keys) == (False, False)
-    assert (default.min_arm_tokens_per_req, paper.min_arm_tokens_per_req) == (1.0, 0.0)
-    assert (default.price_draft_memory, paper.price_draft_memory) == (True, False)
-    assert default.gamma_max == paper.gamma_max == 4
+def test_presets_hold_the_measured_defaults_and_the_papers_exact_settings() -> None:
+    assert nightjar_params("nightjar").model_dump() == DEFAULTS == NightjarParams().model_dump()
+    assert nightjar_params("nightjar-paper").model_dump() == PAPER
+    assert nightjar_params("nightjar-paper", {"gamma_max": 2}).model_dump() == {
+        **PAPER,
+        "gamma_max": 2,
+    }
+    with pytest.raises(ValueError, match="unknown nightjar preset 'nightjar-fast'"):
+        nightjar_params("nightjar-fast")
 
 
 def _trace_key_128(params: dict[str, object]) -> NightjarPolicy:
@@ -140,8 +163,8 @@ def test_min_arm_tokens_scale_with_the_keys_batch_size() -> None:
 
 def test_min_arm_tokens_needs_token_counts() -> None:
     with pytest.raises(ValueError, match="min_arm_tokens_per_req"):
-        NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=1.0)
-    NightjarPolicyConfig(latency_estimator="step-mean", min_arm_tokens_per_req=0.0)
+        NightjarParams(latency_estimator="step-mean", min_arm_tokens_per_req=1.0)
+    NightjarParams(latency_estimator="step-mean", min_arm_tokens_per_req=0.0)
 
 
 def test_speculation_gain_is_the_key_own_ratio_else_a_smaller_key_bound() -> None:

@@ -4,13 +4,13 @@ import random
 
 import pytest
 
-from nightjar_ray.policy import StepResult, build_policy
-from nightjar_ray.policy.draft_gate import (
+from nightjar_ray.driver.draft_gate import (
     DraftGate,
     approx_num_params,
     best_case_gain,
     remaining_after_step,
 )
+from nightjar_ray.policy import StepResult, build_policy
 from nightjar_ray.policy.nightjar import NightjarPolicy
 
 ESTIMATES = [0.010, 0.008, 0.006]

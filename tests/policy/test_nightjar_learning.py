@@ -76,6 +76,7 @@ def _mean_regret_per_step(num_steps: int, seeds: range) -> float:
     return statistics.fmean(values)
 
 
+@pytest.mark.research
 def test_regret_grows_sublinearly() -> None:
     """R(T)/T falls as T grows 10x and 100x (R(T) = O~(sqrt T))."""
     r1 = _mean_regret_per_step(1_000, range(8))
@@ -113,17 +114,36 @@ def test_huge_switch_cost_keeps_speculation_off() -> None:
 
 
 def test_switch_cost_profile_is_interpolated_in_decisions(tmp_path: object) -> None:
-    """The profile's cost at (L_max, B) decides: short lag cheap, long lag costly."""
+    """The profile's cost at (L_max, B) decides: short lag cheap, long lag costly. The
+    profile comes in through the engine config, as an operator sets it."""
     from pathlib import Path
+
+    from nightjar_ray.engine.config import NightjarConfig
 
     profile = Path(str(tmp_path)) / "c.csv"
     profile.write_text(
         "max_skip_tokens,num_reqs,switch_cost_ms\n0,8,0.0\n0,16,0.0\n512,8,2.0\n512,16,2.0\n"
     )
-    policy = _nightjar(0, switch_cost_profile=str(profile), switch_cost_weight=0.2)
+    config = NightjarConfig(
+        policy="nightjar-paper",
+        switch_cost_profile=str(profile),
+        testing={"policy_overrides": {"switch_cost_weight": 0.2}},
+    )
+    policy = config.build_policy()
+    assert isinstance(policy, NightjarPolicy)
     policy.load_stats(_loaded_policy(0.0).export_stats())
     assert policy.exploit(8, 8, 0) == 1  # C = 0 at L_max = 0
     assert policy.exploit(8, 8, 512) == 4  # C = 2 ms at L_max = 512
+    # the default preset's weight is 0, at which the same profile changes nothing
+    assert NightjarConfig().policy_config().switch_cost_weight == 0.0  # type: ignore[attr-defined]
+    unweighted = NightjarConfig(
+        policy="nightjar-paper",
+        switch_cost_profile=str(profile),
+        testing={"policy_overrides": {"switch_cost_weight": 0.0}},
+    ).build_policy()
+    assert isinstance(unweighted, NightjarPolicy)
+    unweighted.load_stats(_loaded_policy(0.0).export_stats())
+    assert unweighted.exploit(8, 8, 512) == unweighted.exploit(8, 8, 0) == 1
 
 
 def test_pow2_bucketing_shares_samples_between_neighbours() -> None:

@@ -6,17 +6,17 @@ import random
 
 import pytest
 
-from nightjar_ray.engine import stepper as engine_stepper
-from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.stepper import StepBatch, Stepper
-from nightjar_ray.policy import build_policy
-from nightjar_ray.policy.config import NightjarPolicyConfig
-from nightjar_ray.policy.observation import (
+from nightjar_ray.driver.observation import (
     DEFAULT_OBSERVATION_RULE,
     MIN_PREFILL_SAMPLES,
     ObservationRule,
     StepSample,
 )
+from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.policy import StepResult, build_policy, policy_config
+from nightjar_ray.policy.forced import ForcedSchedulePolicy
+from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.sim import server as sim_server
 from nightjar_ray.sim.experiments import RunKnobs, default_contenders
 
@@ -25,20 +25,50 @@ TARGET_S_PER_PROMPT_TOKEN = 1e-5
 DRAFT_S_PER_PROMPT_TOKEN = 2e-6
 
 
-def test_engine_and_simulator_run_the_same_rule_with_the_same_default() -> None:
-    assert engine_stepper.ObservationRule is sim_server.ObservationRule is ObservationRule
-    assert NightjarConfig().observation_rule == RunKnobs().observed_time
+def test_engine_and_simulator_run_the_same_step_driver_with_the_same_default() -> None:
+    from nightjar_ray.engine import scheduler as engine_scheduler
+    from nightjar_ray.sim.presets import SETTINGS
+
+    server = sim_server.SimServer(
+        SETTINGS["rtx4090-7b"],
+        build_policy("off", {}, rng=random.Random(0)),
+        sim_server.ServerOptions(),
+    )
+    assert engine_scheduler.StepDriver is sim_server.StepDriver is StepDriver
+    assert type(server.driver) is StepDriver
+    assert type(server.driver.observation) is ObservationRule
+    assert server.driver.observation.name == DEFAULT_OBSERVATION_RULE
+    assert NightjarConfig().testing.observation_rule == RunKnobs().observed_time
     assert RunKnobs().observed_time == DEFAULT_OBSERVATION_RULE
     policy = build_policy("off", {}, rng=random.Random(0))
-    stepper = Stepper(policy, gamma_cap=4, clock=lambda: 0.0)
+    stepper = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0)
     assert isinstance(stepper.observation, ObservationRule)
     assert stepper.observation.name == DEFAULT_OBSERVATION_RULE
 
 
 def test_defaults_are_one_config_in_engine_and_simulator() -> None:
     nightjar = next(c for c in default_contenders() if c.label == "nightjar")
-    simulated = NightjarPolicyConfig.model_validate(nightjar.params)
-    assert NightjarConfig().policy_config() == simulated == NightjarPolicyConfig()
+    simulated = NightjarParams.model_validate(nightjar.params)
+    assert NightjarConfig().policy_config() == simulated == NightjarParams()
+
+
+@pytest.mark.parametrize("preset", ["nightjar", "nightjar-paper"])
+def test_research_overrides_build_the_same_policy_in_engine_and_simulator(preset: str) -> None:
+    """The simulator's --nightjar-params and the engine's testing.policy_overrides build one
+    parameter object, so both policies play the same gammas from the same seed."""
+    overrides = {"bucketing": "exact", "explore_bin_steps": 3, "switch_cost_ms": 2.0}
+    engine = NightjarConfig(policy=preset, seed=7, testing={"policy_overrides": overrides})
+    simulated = policy_config(preset, {"gamma_max": 4, **overrides})
+    assert engine.policy_config() == simulated
+    a, b = engine.build_policy(), build_policy(preset, simulated, rng=random.Random(7))
+    assert type(a) is type(b)
+    for step in range(300):
+        num_reqs = 1 + step % 9
+        gamma = a.choose(num_reqs, step % 50)
+        assert gamma == b.choose(num_reqs, step % 50)
+        result = StepResult(num_reqs, gamma, num_reqs * (1 + gamma), 0.01 + 0.002 * gamma)
+        a.observe(result)
+        b.observe(result)
 
 
 def _step(gamma: int, num_prefill_tokens: int, num_reqs: int = 4) -> StepSample:
@@ -90,16 +120,12 @@ def test_uncalibrated_rule_skips_mixed_steps_and_transitions_are_never_samples()
 def test_engine_stepper_learns_corrected_times_from_its_own_steps() -> None:
     """The engine path end to end: gamma=0 steps price the target's prefill, then a gamma=2
     step with prefill chunks is observed with the draft's prefill still in it."""
-    policy = build_policy(
-        "cyclic",
-        {"gammas": [0] * 40 + [2] * 40, "steps_per_gamma": 1, "gamma_max": 4},
-        rng=random.Random(0),
-    )
+    policy = ForcedSchedulePolicy([0] * 40 + [2] * 40, steps_per_gamma=1, gamma_max=4)
     seen: list[float] = []
     real_observe = policy.observe
     policy.observe = lambda r: (seen.append(r.duration_s), real_observe(r))[1]  # type: ignore[method-assign]
     now = [0.0]
-    stepper = Stepper(policy, gamma_cap=4, clock=lambda: now[0])
+    stepper = StepDriver(policy, gamma_cap=4, clock=lambda: now[0])
     for i in range(80):
         prompt = 0 if i % 3 else 1000
         gamma = 0 if i < 40 else 2

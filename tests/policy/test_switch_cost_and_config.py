@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from nightjar_ray.policy import SwitchCostTable, build_policy, policy_config, policy_names
+from nightjar_ray.policy import (
+    SwitchCostTable,
+    build_policy,
+    operator_policy_config,
+    policy_config,
+    policy_names,
+)
 from nightjar_ray.policy.bucketing import bucket_fn, pow2_key
+from nightjar_ray.policy.registry import load_switch_cost
 
 
 def test_builtin_paper_profile_matches_table_3() -> None:
@@ -55,7 +62,19 @@ def test_bad_profiles_fail_clearly(tmp_path: Path, text: str, message: str) -> N
 
 def test_unknown_builtin_profile() -> None:
     with pytest.raises(ValueError, match="no built-in"):
-        build_policy("nightjar", {"switch_cost_profile": "builtin:nope"}, rng=random.Random(0))
+        load_switch_cost("builtin:nope", 0.0)
+    # the profile is the engine config's (switch_cost_profile), not a policy parameter
+    with pytest.raises(ValueError, match="switch_cost_profile"):
+        policy_config("nightjar", {"switch_cost_profile": "builtin:paper-rtx4090-7b"})
+
+
+@pytest.mark.parametrize("name", ["nightjar", "nightjar-paper"])
+def test_operators_pick_a_preset_and_set_none_of_its_research_parameters(name: str) -> None:
+    assert operator_policy_config(name, {"gamma_max": 3}).gamma_max == 3
+    with pytest.raises(ValueError, match=r"policy 'nightjar.*' \(fields: bucketing\)"):
+        operator_policy_config(name, {"bucketing": "exact"})
+    # research code sets them on top of the preset
+    assert policy_config(name, {"bucketing": "pow2"}).bucketing == "pow2"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from nightjar_ray.policy.pooling import (
     stats_delta,
     stats_fingerprint,
 )
-from nightjar_ray.serve.pool import PolicyPool, total_count
+from nightjar_ray.serve.policy_pool import PolicyPool, total_count
 
 PARAMS = {"gamma_max": 3, "bucketing": "pow2", "latency_estimator": "token-weighted"}
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from nightjar_ray.cli import faults
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.models.pair import generate_pair
-from nightjar_ray.serve import faults
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
 from tests.reference_engines import ReferenceEngines
 from tests.support import free_port, wait_until
@@ -285,10 +285,10 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
     """A short `soak` run: RSS of the replica, engine-core and worker processes and the KV
     gauges come from the real server; no request fails; every KV block comes back."""
     from nightjar_ray.loadgen.soak import metrics_sampler, run_soak
-    from nightjar_ray.loadgen.workload import RequestSpec
+    from nightjar_ray.workload import RequestSpec
 
     sampler = metrics_sampler(f"{app.metrics_url}/metrics")
-    reqs = [RequestSpec(i, 0.5 * i, tuple(range(20 + i, 60 + i)), 16) for i in range(16)]
+    reqs = [RequestSpec(i, 0.5 * i, 40, 16, tuple(range(20 + i, 60 + i))) for i in range(16)]
     samples, before, _, run = run_soak(app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0)
     assert all(r.ok for r in run.records) and len(run.records) == 16
     assert len(samples) >= 3
@@ -477,13 +477,13 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     from nightjar_ray.cli.main import main
     from nightjar_ray.loadgen.client import run_open_loop
     from nightjar_ray.loadgen.summary import summarize
-    from nightjar_ray.loadgen.workload import RequestSpec
+    from nightjar_ray.workload import RequestSpec
 
     prompt = tuple(range(20, 40))
-    specs = [RequestSpec(i, 0.2 * i, prompt, 12) for i in range(6)]
-    specs.append(RequestSpec(6, 0.5, tuple(range(20, 320)), 12))  # over max_model_len: 400
+    specs = [RequestSpec(i, 0.2 * i, 20, 12, prompt) for i in range(6)]
+    specs.append(RequestSpec(6, 0.5, 300, 12, tuple(range(20, 320))))  # over max_model_len: 400
     result = asyncio.run(run_open_loop(app.url, MODEL_ID, specs))
-    records = {r.index: r for r in result.records}
+    records = {r.req_id: r for r in result.records}
     assert len(records) == 7 and records[6].status == "http_400" and records[6].error
     ok = [records[i] for i in range(6)]
     assert all(r.ok and r.num_output_tokens == 12 and r.ttft_s is not None for r in ok)

@@ -8,7 +8,9 @@ from dataclasses import replace
 from nightjar_ray.policy import build_policy
 from nightjar_ray.sim.presets import Setting, get_dataset, get_setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
-from nightjar_ray.sim.workload import RequestSpec, poisson_gaps, synthetic_workload
+from nightjar_ray.sim.workload import synthetic_workload
+from nightjar_ray.workload import RequestSpec
+from nightjar_ray.workload.arrivals import poisson_gaps
 
 
 def poisson_workload(

@@ -13,6 +13,7 @@ from nightjar_ray.cli.main import main
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.scenario import ScenarioConfig, load_scenario
+from nightjar_ray.workload.trace import TRACE_ENV
 
 
 def test_simulate_run_prints_metrics_and_writes_timeline(
@@ -61,12 +62,6 @@ def test_simulate_compare_prints_ratio_table_and_oracle(capsys: pytest.CaptureFi
     assert "| 2 qps | " in out
 
 
-def test_simulate_calibrate(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "calibrate", "--setting", "l20x2-32b"]) == 0
-    out = capsys.readouterr().out
-    assert "Table 1" in out and "Table 3" in out and "17.87" in out
-
-
 def test_scenario_file_runs_and_unknown_field_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -108,6 +103,17 @@ def test_compare_replays_the_trace_at_the_preset_rate(
     assert code == 0
     assert "| trace @ 3 qps |" in out
     assert "| load | off | fixed-1 |" in out
+
+
+def test_compare_and_run_without_a_trace_exit_saying_how_to_name_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    with pytest.raises(SystemExit, match=f"simulate compare: no trace given: .*{TRACE_ENV}"):
+        main(["simulate", "compare", "--trace-only"])
+    missing = tmp_path / "missing.csv"
+    with pytest.raises(SystemExit, match=f"simulate run: --trace: trace file {missing} does"):
+        main(["simulate", "run", "--arrival", "trace", "--trace", str(missing)])
 
 
 def test_compare_names_unknown_contenders() -> None:

@@ -7,14 +7,15 @@ from dataclasses import replace
 
 import pytest
 
+from nightjar_ray.driver.step_driver import Choice, StepBatch
 from nightjar_ray.policy import PolicyStats, StepResult
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.elastic import DraftState, ElasticParams
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
-from nightjar_ray.sim.metrics import summarize
+from nightjar_ray.sim.metrics import finish_s, summarize
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
-from nightjar_ray.sim.workload import RequestSpec
+from nightjar_ray.workload import RequestSpec
 from tests.sim.simhelpers import poisson_workload, server, small_memory_setting
 from tests.support import shared_trace
 
@@ -249,19 +250,27 @@ def _observed(mode: str) -> tuple[list[StepResult], list[float]]:
 
 def test_observed_time_modes() -> None:
     step, wall = _observed("step")
-    decode, _ = _observed("decode")
     pure, _ = _observed("pure")
     corrected, _ = _observed("prefill-corrected")
     # the first decode step switches 0 -> 2 (a transition, never a sample of the engine's rule)
-    assert len(decode) == len(wall) and len(step) == len(wall) - 1
+    assert len(step) == len(wall) - 1
     assert [r.duration_s for r in step] == pytest.approx(wall[1:])
-    pairs = list(zip(decode[1:], step, strict=True))
-    assert all(d.duration_s <= s.duration_s + 1e-12 for d, s in pairs)
-    assert sum(d.duration_s for d, _ in pairs) < 0.95 * sum(s.duration_s for s in step)
     assert 0 < len(pure) < len(step)
     # gamma never 0: the target's prefill is never priced, so corrected falls back to pure
     assert len(corrected) == len(pure)
     assert all(r.num_reqs >= 1 and r.num_draft_tokens == 2 * r.num_reqs for r in step)
+
+
+def test_the_simulator_runs_only_the_engines_observation_rules() -> None:
+    with pytest.raises(ValueError, match="unknown observation rule 'decode'"):
+        _observed("decode")
+
+
+def _commit(srv: SimServer, gamma: int, explored: bool) -> None:
+    """One decode step of B=5 through the server's step driver, as ``_step`` commits it."""
+    batch = StepBatch(5, 5, 5, 0)
+    choice = Choice(gamma, 5, consulted=True, explored=explored)
+    srv.driver.commit(batch, choice, srv.now_s)
 
 
 def test_offload_trigger_ignores_exploration_probes_of_gamma_zero() -> None:
@@ -276,15 +285,12 @@ def test_offload_trigger_ignores_exploration_probes_of_gamma_zero() -> None:
         offload_trigger="played",
     )
     for srv in (strict, literal):
-        srv.last_gamma, srv.last_num_reqs = 0, 5
-        listener = srv.policy.bin_listener  # type: ignore[attr-defined]
-        if listener is not None:
-            listener(8, 3, 1, True, 0)  # key 8 (B=5 under pow2) starts an exploration bin
+        _commit(srv, 0, explored=True)  # a probe of gamma 0
     assert not strict.sd_disabled()
     assert literal.sd_disabled()
-    strict.policy.bin_listener(8, 3, 2, False, 0)  # type: ignore[attr-defined]
+    _commit(strict, 0, explored=False)
     assert strict.sd_disabled()
-    strict.last_gamma = 2
+    _commit(strict, 2, explored=False)
     assert not strict.sd_disabled()
 
 
@@ -332,7 +338,7 @@ def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
         srv = server(setting, "nightjar", {"draft_gate": gate}, draft_when_off="skip")
         result = srv.run(wl)
         e2e = sum(r.finish_s - r.arrival_s for r in result.records) / len(result.records)
-        runs[gate] = (srv.gate.num_gated_steps, e2e, srv.observation)
+        runs[gate] = (srv.driver.gate.num_gated_steps, e2e, srv.driver.observation)
     (gated_on, e2e_on, rule), (gated_off, e2e_off, _) = runs[True], runs[False]
     assert rule is not None and rule.prefill_s_per_token is not None
     assert gated_on > 20 and gated_off == 0
@@ -361,7 +367,9 @@ def test_an_outvalued_draft_is_offloaded_sooner_under_load() -> None:
     }
     assert first_expand[True] < first_expand[False] - 1.0
     thr = {rule: summarize(r).throughput_tokens_per_s for rule, r in runs.items()}
-    assert thr[True] > 1.02 * thr[False]
+    # NOTE: 1.018 measured with the engine's step driver, which (unlike the simulator's
+    # former copy, 1.021) does not teach the policy while the draft is away.
+    assert thr[True] > 1.01 * thr[False]
 
 
 def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
@@ -372,9 +380,9 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
     from nightjar_ray.sim.experiments import default_contenders, run_contender
     from nightjar_ray.sim.suite import suite_workload
 
-    shared_trace()
+    trace = shared_trace()
     setting = get_setting("l20x2-32b")
-    workload = suite_workload("trace", setting, 2)
+    workload = suite_workload("trace", setting, 2, trace_path=trace)
     results = {}
     for weight in (None, 0.03):
         params = {} if weight is None else {"switch_cost_weight": weight}
@@ -386,7 +394,7 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
         w: next((e.time_s for e in r.memory_events if e.kind == "expand"), float("inf"))
         for w, r in results.items()
     }
-    end_s = max(rec.finish_s for rec in results[None].records)
+    end_s = max(finish_s(rec) for rec in results[None].records)
     assert expand_s[0.03] < 0.5 * end_s < expand_s[None]
     thr = {w: summarize(r).throughput_tokens_per_s for w, r in results.items()}
     assert thr[None] > 1.03 * thr[0.03]

@@ -14,7 +14,8 @@ from nightjar_ray.sim.suite import (
     capacity_qps,
     suite_workload,
 )
-from tests.support import shared_trace
+from nightjar_ray.workload.trace import TRACE_ENV
+from tests.support import SHARED_TRACE, shared_trace
 
 SETTING = get_setting("rtx4090-7b")
 
@@ -25,9 +26,8 @@ def _rate(workload: tuple, lo_s: float, hi_s: float) -> float:  # type: ignore[t
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) -> None:
-    if name == "trace":
-        shared_trace()
-    first, again = suite_workload(name, SETTING, 1), suite_workload(name, SETTING, 1)
+    trace = shared_trace() if name == "trace" else SHARED_TRACE
+    first, again = (suite_workload(name, SETTING, 1, trace_path=trace) for _ in range(2))
     assert first == again and len(first) > 100
     assert [r.arrival_s for r in first] == sorted(r.arrival_s for r in first)
     assert all(
@@ -35,6 +35,16 @@ def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) ->
     )
     if name != "trace":
         assert suite_workload(name, SETTING, 2) != first
+
+
+def test_the_trace_workload_needs_a_trace_and_says_how_to_give_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match=f"pass --trace PATH or set {TRACE_ENV}"):
+        suite_workload("trace", SETTING, 0)
+    monkeypatch.delenv(TRACE_ENV, raising=False)
+    with pytest.raises(SystemExit, match=f"simulate suite: no trace given: .*{TRACE_ENV}"):
+        main(["simulate", "suite", "--workloads", "low,trace", "--seeds", "0"])
 
 
 def test_capacity_is_measured_per_length_mix() -> None:
@@ -69,9 +79,9 @@ def test_long_output_and_on_off_shapes() -> None:
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_length_scale_lengthens_each_workload_at_the_same_rates(name: str) -> None:
-    if name == "trace":
-        shared_trace()
-    short, long = suite_workload(name, SETTING, 3), suite_workload(name, SETTING, 3, 3)
+    trace = shared_trace() if name == "trace" else SHARED_TRACE
+    short = suite_workload(name, SETTING, 3, trace_path=trace)
+    long = suite_workload(name, SETTING, 3, 3, trace)
     assert 2.6 < len(long) / len(short) < 3.4
     span = long[-1].arrival_s / short[-1].arrival_s
     assert 2.6 < span < 3.4  # same rates: three times the requests over three times the time

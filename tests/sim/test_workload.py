@@ -1,23 +1,15 @@
-"""Arrival processes and Azure trace replay."""
+"""The simulator's workloads: trace windows, length fitting, scenario building."""
 
 from __future__ import annotations
 
-import random
-import statistics
 from pathlib import Path
 
 import pytest
 
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.scenario import WorkloadConfig, build_workload
-from nightjar_ray.sim.workload import (
-    fit_to_model,
-    gamma_gaps,
-    poisson_gaps,
-    rate_timeline,
-    read_trace,
-    trace_workload,
-)
+from nightjar_ray.sim.workload import fit_to_model, rate_timeline, trace_workload
+from nightjar_ray.workload.trace import read_trace
 from tests.support import shared_trace
 
 TINY_TRACE = """TIMESTAMP,ContextTokens,GeneratedTokens
@@ -26,24 +18,6 @@ TINY_TRACE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:51.2224670,879,55
 2023-11-16 18:16:51.3910170,9000,16
 """
-
-
-def test_poisson_and_gamma_gaps_have_the_right_mean_and_spread() -> None:
-    rng = random.Random(0)
-    p = poisson_gaps(4.0, 20_000, rng)
-    g = gamma_gaps(4.0, 3.0, 20_000, rng)
-    assert abs(statistics.fmean(p) - 0.25) < 0.01
-    assert abs(statistics.fmean(g) - 0.25) < 0.02
-    assert statistics.pstdev(g) / statistics.fmean(g) > 2.5
-
-
-def test_trace_parsing_keeps_sub_second_offsets(tmp_path: Path) -> None:
-    path = tmp_path / "trace.csv"
-    path.write_text(TINY_TRACE)
-    rows = read_trace(path)
-    assert rows[0] == (0.0, 374, 44)
-    assert rows[1][0] == pytest.approx(4.314579, abs=1e-6)
-    assert rows[3][0] == pytest.approx(64.710427, abs=1e-6)
 
 
 def test_trace_window_scale_and_length_clamp(tmp_path: Path) -> None:
@@ -58,26 +32,15 @@ def test_trace_window_scale_and_length_clamp(tmp_path: Path) -> None:
         trace_workload(rows, start_s=1000.0, duration_s=1.0, time_scale=1.0, max_model_len=4096)
 
 
-def test_bad_trace_header_and_rows_are_rejected(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.csv"
-    bad.write_text("time,prompt,output\n1,2,3\n")
-    with pytest.raises(ValueError, match="header"):
-        read_trace(bad)
-    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,abc,3\n")
-    with pytest.raises(ValueError, match=":2: bad trace row"):
-        read_trace(bad)
-
-
 def test_fit_to_model() -> None:
     assert fit_to_model(5000, 100, 4096) == (3996, 100)
     assert fit_to_model(10, 9000, 4096) == (10, 2048)
 
 
 def test_real_trace_slice_replays_at_the_requested_rate() -> None:
-    path = shared_trace()
     cfg = WorkloadConfig(
         arrival="trace",
-        trace_path=str(path),
+        trace_path=str(shared_trace()),
         trace_start_s=1200,
         trace_duration_s=60,
         trace_qps=2.0,
@@ -88,6 +51,12 @@ def test_real_trace_slice_replays_at_the_requested_rate() -> None:
     assert len(wl) / span == pytest.approx(2.0, rel=0.05)
     assert all(r.num_prompt_tokens + r.num_output_tokens <= 4096 for r in wl)
     assert rate_timeline(wl, 10.0)[0][1] > 0
+
+
+def test_a_trace_scenario_without_a_trace_names_the_field() -> None:
+    cfg = WorkloadConfig(arrival="trace")
+    with pytest.raises(ValueError, match=r"workload\.trace_path: arrival 'trace' needs a trace"):
+        build_workload(cfg, get_setting("a100-13b"), "sharegpt", 0)
 
 
 def test_trace_arrivals_with_dataset_lengths(tmp_path: Path) -> None:

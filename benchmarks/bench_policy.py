@@ -1,0 +1,88 @@
+"""Cost of one policy step, choose + observe.
+
+    python benchmarks/bench_policy.py [--steps 200000] [--max-batch 64] [--policies nightjar off]
+
+Each step is timed on its own with ``perf_counter_ns``, next to a plain dict
+lookup timed the same way in the same run (the timer's own cost is in both).
+The step includes building the ``StepResult``, as the engine does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from nightjar_ray.policy import StepResult, build_policy, policy_names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Time choose+observe per step.")
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--policies", nargs="*", default=["nightjar", *policy_names()])
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def percentile(sorted_ns: list[int], q: float) -> float:
+    return float(sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))])
+
+
+def time_dict_lookup(batches: list[int]) -> list[int]:
+    table = {b: b for b in range(1, max(batches) + 1)}
+    clock = time.perf_counter_ns
+    out = []
+    for b in batches:
+        t0 = clock()
+        table.get(b)
+        out.append(clock() - t0)
+    return out
+
+
+def time_policy(name: str, batches: list[int], seed: int) -> list[int]:
+    policy = build_policy(name, {}, rng=random.Random(seed))
+    clock = time.perf_counter_ns
+    out = []
+    for b in batches:
+        t0 = clock()
+        gamma = policy.choose(b, 0)
+        policy.observe(StepResult(b, gamma, b + gamma, 0.01 + 0.001 * gamma, b * gamma, 0))
+        out.append(clock() - t0)
+    return out
+
+
+def summarize(label: str, samples: list[int], base_median: float | None) -> str:
+    s = sorted(samples)
+    med, p99 = percentile(s, 0.5), percentile(s, 0.99)
+    ratio = f"{med / base_median:6.1f}x" if base_median else "      -"
+    return f"{label:<12} {med / 1e3:8.3f} {p99 / 1e3:8.3f} {statistics.fmean(s) / 1e3:8.3f} {ratio}"
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    batches = [rng.randint(1, args.max_batch) for _ in range(args.steps)]
+    gc.disable()
+    try:
+        base = sorted(time_dict_lookup(batches))
+        print(f"{args.steps} steps, batch sizes uniform in 1..{args.max_batch}")
+        print(f"{'what':<12} {'med_us':>8} {'p99_us':>8} {'mean_us':>8} {'med/dict':>7}")
+        print(summarize("dict lookup", base, None))
+        for name in dict.fromkeys(args.policies):
+            samples = time_policy(name, batches, args.seed)
+            print(summarize(name, samples, percentile(base, 0.5)))
+    finally:
+        gc.enable()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

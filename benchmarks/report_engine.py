@@ -1,0 +1,125 @@
+"""Markdown tables from ``bench_engine.py``'s JSON (docs/benchmarks.md, the "Engine on
+CPU" sections).
+
+python benchmarks/report_engine.py benchmarks/results/bench-engine.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+LEARNER = "nightjar"  # every other label in the e2e line-up is a static choice
+# NOTE: the label bench_engine.py gives its --aa-control engine (not imported: that
+# module needs vLLM, this one runs anywhere); a second `off`: the noise, not a choice.
+AA_CONTROL = "off (A/A control)"
+MIXED_SEQUENCE = (1, 4, 16, 48)
+
+
+def overhead(res: dict[str, Any]) -> str:
+    b = str(res["batch"])
+    stock, ours = res["stock"][b], res["nightjar"][b]
+    return (
+        f"| gamma | batch | stock tok/s | nightjar tok/s | step time nightjar / stock |\n"
+        f"| --- | --- | --- | --- | --- |\n"
+        f"| {res['gamma']} | {b} | {stock:.1f} | {ours:.1f} | {stock / ours:.3f} |\n"
+    )
+
+
+def skip(res: dict[str, Any]) -> str:
+    rows = [
+        "| batch | plain tok/s | true skip tok/s | stock K=0 tok/s | "
+        "step time true skip / stock K=0 | step time true skip / plain |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in res["plain"]:
+        plain, ours, stock = res["plain"][b], res["true-skip"][b], res["stock-k0"][b]
+        rows.append(
+            f"| {b} | {plain:.1f} | {ours:.1f} | {stock:.1f} | {stock / ours:.3f} | "
+            f"{plain / ours:.3f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def table(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
+    """Median tok/s per policy and batch (ratio to off), plus the mixed sequence."""
+    off = res["off"]["tokens_per_s"]
+    head = "| policy | " + " | ".join(f"B={b}" for b in batches)
+    rows = [head + (" | mixed sequence |" if mixed else " |")]
+    rows.append("| --- |" + " --- |" * (len(batches) + int(mixed)))
+    for label, r in res.items():
+        tps = r["tokens_per_s"]
+        cells = " | ".join(f"{tps[b]:.0f} ({tps[b] / off[b]:.2f})" for b in batches)
+        tail = f" {seconds(off, max_tokens) / seconds(tps, max_tokens):.3f} |" if mixed else ""
+        rows.append(f"| {label} | {cells} |{tail}")
+    return "\n".join(rows) + "\n"
+
+
+def seconds(tps: dict[str, float], max_tokens: int) -> float:
+    """Time of the mixed sequence (one batch of each size) at these tok/s."""
+    return sum(int(b) * max_tokens / tps[b] for b in tps)
+
+
+def paired(res: dict[str, Any], a: str, b: str, batch: str) -> str:
+    """Median (min..max) over measured rounds of a's tok/s / b's in the same round."""
+    ra, rb = res[a].get("round_tokens_per_s"), res[b].get("round_tokens_per_s")
+    if not ra or not rb:
+        return ""
+    ratios = sorted(x / y for x, y in zip(ra[batch], rb[batch], strict=True))
+    return f" (per round {statistics.median(ratios):.3f}, {ratios[0]:.3f}..{ratios[-1]:.3f})"
+
+
+def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
+    """nightjar against the best static choice per batch size and over the mixed sequence."""
+    nj = res[LEARNER]["tokens_per_s"]
+    static = [s for s in res if s not in (LEARNER, AA_CONTROL)]
+    out = ""
+    for b in batches:
+        best = max(static, key=lambda s: res[s]["tokens_per_s"][b])
+        ratio = nj[b] / res[best]["tokens_per_s"][b]
+        out += f"B={b}: nightjar / best static ({best}) {ratio:.3f}"
+        out += paired(res, LEARNER, best, b) + "\n"
+        if AA_CONTROL in res:
+            aa = res[AA_CONTROL]["tokens_per_s"][b] / res["off"]["tokens_per_s"][b]
+            out += f"  A/A control / off {aa:.3f}" + paired(res, AA_CONTROL, "off", b) + "\n"
+    if mixed:
+        nj_s = seconds(nj, max_tokens)
+        out += "mixed sequence, time of each static choice / nightjar's: " + ", ".join(
+            f"{s} {seconds(res[s]['tokens_per_s'], max_tokens) / nj_s:.3f}" for s in static
+        )
+        out += "\n"
+    return out
+
+
+def e2e(res: dict[str, Any], max_tokens: int) -> str:
+    batches = list(res["off"]["tokens_per_s"])
+    mixed = {int(b) for b in batches} == set(MIXED_SEQUENCE)
+    out = table(res, batches, mixed, max_tokens)
+    if LEARNER in res:
+        out += "\n" + verdict(res, batches, mixed, max_tokens)
+        warm = res[LEARNER].get("warmup_tokens_per_s")
+        if warm:
+            off = res["off"]["tokens_per_s"]
+            out += "nightjar warm-up rounds (mean tok/s, ratio to off's measured median): "
+            out += ", ".join(f"B={b}: {warm[b]:.0f} ({warm[b] / off[b]:.2f})" for b in batches)
+            out += "\n"
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("results", type=Path, help="bench_engine.py's JSON (its --out).")
+    data = json.loads(p.parse_args().results.read_text())
+    if "overhead" in data:
+        print("Scheduler overhead\n\n" + overhead(data["overhead"]))
+    if "skip" in data:
+        print("gamma=0: true skip vs stock K=0\n\n" + skip(data["skip"]))
+    if "e2e" in data:
+        print("End to end (tok/s, ratio to off)\n\n" + e2e(data["e2e"], data["args"]["max_tokens"]))
+
+
+if __name__ == "__main__":
+    main()

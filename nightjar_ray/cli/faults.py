@@ -1,0 +1,113 @@
+"""Faults to inject under load, and checks that the app recovered (for ``loadgen.chaos``).
+
+Run in a driver connected to the app's Ray cluster. Used by ``nightjar-ray chaos`` (the
+faults) and ``nightjar-ray bench-serve`` (the policy actor's status); nothing under
+``serve/`` needs them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nightjar_ray.serve.context import NAMESPACE
+
+REPLICA_PREFIX = "SERVE_REPLICA::"
+LLM_DEPLOYMENT = "NightjarLLMServer"
+
+
+def policy_actor(app: str) -> Any:
+    """The app's policy actor handle (one per deployment fingerprint; must be unique)."""
+    import ray
+
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == NAMESPACE and a["name"].startswith(f"nightjar-policy.{app}.")
+    ]
+    if len(names) != 1:
+        raise RuntimeError(f"expected one policy actor for app {app!r}, found {names}")
+    return ray.get_actor(names[0], namespace=NAMESPACE)
+
+
+def kill_policy_actor(app: str) -> float:
+    """Kill the policy actor (Ray restarts it); returns the time of the kill."""
+    import ray
+
+    ray.kill(policy_actor(app), no_restart=False)
+    return time.time()
+
+
+def policy_actor_recovered(app: str, killed_at: float, num_replicas: int) -> bool:
+    """The restarted actor restored its snapshot and ``num_replicas`` replicas exchanged
+    with it since ``killed_at``."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        status = ray.get(policy_actor(app).status.remote(), timeout=10)
+    except (RayError, RuntimeError):
+        return False
+    # NOTE: the policy pool lists every replica that ever pushed (a dead one stays listed, its
+    # observations stay pooled), so count the replicas that exchanged since the kill.
+    synced = sum(r["last_exchange_s"] > killed_at for r in status["replicas"].values())
+    return bool(status["restored"] and synced >= num_replicas)
+
+
+def llm_replicas(app: str) -> list[str]:
+    """Names of the app's running Nightjar replica actors."""
+    import ray
+
+    prefix = f"{REPLICA_PREFIX}{app}#{LLM_DEPLOYMENT}"
+    return sorted(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(prefix)
+    )
+
+
+def kill_one_replica(app: str) -> str:
+    """Kill one Nightjar replica for good (Serve must start a new one); returns its name."""
+    import ray
+
+    names = llm_replicas(app)
+    if not names:
+        raise RuntimeError(f"no Nightjar replica of app {app!r} to kill")
+    ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
+    return names[0]
+
+
+def replicas_replaced(app: str, killed: str, target: int) -> bool:
+    """Serve runs ``target`` healthy Nightjar replicas again, none of them ``killed``."""
+    from ray import serve
+
+    names = llm_replicas(app)
+    if killed in names or len(names) < target:
+        return False
+    status = serve.status().applications.get(app)
+    if status is None:
+        return False
+    for name, deployment in status.deployments.items():
+        if name.startswith(LLM_DEPLOYMENT):
+            running = {str(k).rsplit(".", 1)[-1]: v for k, v in deployment.replica_states.items()}
+            return running.get("RUNNING", 0) >= target
+    return False
+
+
+def memory_event_counts(app: str) -> dict[str, int] | None:
+    """Elastic-memory events (``offload``, ``reload``, ``expand``, ``contract``) summed over
+    the replicas' latest reports to the policy actor; ``None`` when it cannot be read."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        status = ray.get(policy_actor(app).status.remote(), timeout=10)
+    except (RayError, RuntimeError):
+        return None
+    counts: dict[str, int] = {}
+    for replica in status["replicas"].values():
+        for kind, (count, _seconds) in (
+            (replica.get("report") or {}).get("memory_events", {}).items()
+        ):
+            counts[kind] = counts.get(kind, 0) + int(count)
+    return counts

@@ -1,0 +1,166 @@
+"""Which steps a policy learns from, and what time it is told: one rule for engine and simulator.
+
+Both drivers reduce a finished step to a :class:`StepSample` and ask the same
+:class:`ObservationRule` for the :class:`StepResult` to feed ``policy.observe`` (or
+``None``: not a sample). The rules, by name (``OBSERVATION_RULES``):
+
+* ``step``: every steady decoding step with its wall time, prefill chunks included;
+* ``pure``: only steps without prefill chunks (the prefill's cost is never seen);
+* ``prefill-corrected`` (default): pure steps as they are, and steps that carry prefill
+  chunks with the *target's* prefill cost taken out, learned online (below). What
+  speculation adds to such a step stays in it: the draft's forward over the new prompt
+  tokens (it runs only when gamma > 0), the extra verification tokens. So a workload of
+  long prompts charges its draft prefill to the gammas that cause it.
+
+A steady step verifies the drafts it proposes with the same gamma (``gamma ==
+next_gamma``); a transition step mixes two gammas and carries the draft catch-up, which
+Eq. (4) charges through C_switch, so it is never a sample.
+
+How the target's prefill cost is learned, from the engine's own steps (no cost model)::
+
+    gamma = 0, no prefill:    base[key(B)]  <- mean step time               (target only)
+    gamma = 0, P prefill tok: excess = d - base[key(B)]
+                              c ~ sum(excess) / sum(P)   (s per prompt token, target only)
+    any gamma, P > 0:         observed d' = d - c * P    (draft prefill stays in d')
+
+    no decode, P > 0:         c ~ (d - base[1]) / P / (1 + r * drafted)
+                              (r: draft/target cost ratio; drafted: the draft ran)
+
+At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone; a
+step of prompt chunks alone (one request at a time never has a mixed step) prices it
+with the draft's share taken out when the draft ran. The draft gate
+(``driver/draft_gate.py``) prices the draft's owed work from ``c`` too. Until
+``c`` has ``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as
+``pure``). ``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so
+the estimate follows drift in prompt lengths.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple, get_args
+
+from nightjar_ray.policy.base import StepResult
+from nightjar_ray.policy.bucketing import pow2_key
+
+ObservationRuleName = Literal["prefill-corrected", "pure", "step"]
+OBSERVATION_RULES: tuple[str, ...] = get_args(ObservationRuleName)
+DEFAULT_OBSERVATION_RULE: ObservationRuleName = "prefill-corrected"
+
+MIN_PREFILL_SAMPLES = 8
+"""gamma = 0 steps with prefill needed before ``c`` is trusted."""
+DECAY = 0.995
+"""Weight kept by past samples per new one (an effective window of ~200 samples)."""
+MIN_CORRECTED_FRACTION = 0.05
+"""A corrected duration is at least this fraction of the step's wall time."""
+
+
+class StepSample(NamedTuple):
+    """A finished step, as both drivers report it."""
+
+    num_reqs: int
+    """B the policy was given (decoding requests); 0 if it was not consulted."""
+    gamma: int
+    """Gamma whose drafts the step verified (its emitted tokens come from it)."""
+    next_gamma: int
+    """Gamma the step proposed for the next one (the simulator: the same gamma)."""
+    num_tokens: int
+    """Tokens emitted by the decoding requests."""
+    duration_s: float
+    num_prefill_tokens: int
+    """Prompt tokens of the prefill chunks that shared the step."""
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+
+
+class _DecayedMean:
+    __slots__ = ("total", "weight")
+
+    def __init__(self) -> None:
+        self.total = self.weight = 0.0
+
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.total = self.total * DECAY + value
+        self.weight = self.weight * DECAY + weight
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.weight if self.weight > 0.0 else None
+
+
+class ObservationRule:
+    """Turns :class:`StepSample` into the policy's :class:`StepResult` (module doc)."""
+
+    def __init__(self, name: str = DEFAULT_OBSERVATION_RULE, draft_cost_ratio: float = 0.0) -> None:
+        if name not in OBSERVATION_RULES:
+            raise ValueError(f"unknown observation rule {name!r}; choose from {OBSERVATION_RULES}")
+        if not 0.0 <= draft_cost_ratio <= 1.0:
+            raise ValueError(f"draft_cost_ratio must be in [0, 1], got {draft_cost_ratio}")
+        self.name = name
+        self._draft_share = draft_cost_ratio
+        self._base: dict[int, _DecayedMean] = {}
+        self._prefill = _DecayedMean()
+        self._num_prefill_samples = 0
+
+    @property
+    def prefill_s_per_token(self) -> float | None:
+        """Learned target prefill cost per prompt token, once trusted (else ``None``)."""
+        if self._num_prefill_samples < MIN_PREFILL_SAMPLES:
+            return None
+        per_token = self._prefill.mean
+        return None if per_token is None else max(0.0, per_token)
+
+    def observe(self, s: StepSample) -> StepResult | None:
+        """The sample to learn from, or ``None`` (see module doc)."""
+        if s.num_reqs < 1:
+            self._learn_from_prefill_only(s)
+            return None
+        if s.num_tokens < 1 or not s.duration_s > 0.0:
+            return None
+        if s.gamma != s.next_gamma:
+            return None
+        duration = s.duration_s
+        if s.num_prefill_tokens > 0 and self.name != "step":
+            if self.name == "pure":
+                return None
+            corrected = self._corrected_s(s)
+            if corrected is None:
+                return None
+            duration = corrected
+        elif s.gamma == 0 and self.name == "prefill-corrected":
+            self._base.setdefault(pow2_key(s.num_reqs), _DecayedMean()).add(s.duration_s)
+        return StepResult(
+            s.num_reqs,
+            s.gamma,
+            s.num_tokens,
+            duration,
+            s.num_draft_tokens,
+            s.num_accepted_tokens,
+        )
+
+    def _learn_from_prefill_only(self, s: StepSample) -> None:
+        """A step of prompt chunks alone prices the target's prefill as well: its time over
+        a one-decode gamma = 0 step's, per prompt token, less the draft's share
+        (``draft_cost_ratio`` of the target's) when the draft ran over the chunks."""
+        if self.name != "prefill-corrected" or s.num_prefill_tokens <= 0:
+            return
+        base = self._base.get(1)
+        if base is None or base.mean is None or not s.duration_s > base.mean:
+            return
+        share = 1.0 + (self._draft_share if s.next_gamma > 0 else 0.0)
+        self._add_prefill_sample((s.duration_s - base.mean) / share, s.num_prefill_tokens)
+
+    def _add_prefill_sample(self, excess_s: float, num_prefill_tokens: int) -> None:
+        self._prefill.add(excess_s, float(num_prefill_tokens))
+        self._num_prefill_samples += 1
+
+    def _corrected_s(self, s: StepSample) -> float | None:
+        """Duration less the target's prefill share; learns that share at gamma = 0."""
+        if s.gamma == 0:
+            base = self._base.get(pow2_key(s.num_reqs))
+            if base is not None and base.mean is not None:
+                self._add_prefill_sample(s.duration_s - base.mean, s.num_prefill_tokens)
+        per_token = self.prefill_s_per_token
+        if per_token is None:
+            return None
+        floor = MIN_CORRECTED_FRACTION * s.duration_s
+        return max(floor, s.duration_s - per_token * s.num_prefill_tokens)

@@ -1,0 +1,346 @@
+"""The step driver: one per-step loop around a policy, for the engine and the simulator.
+
+Both drivers of steps, the vLLM scheduler subclass (``engine/scheduler.py``) and the
+simulator's server (``sim/server.py``), reduce a step to a :class:`StepBatch` and call
+the same :class:`StepDriver`::
+
+    on_schedule(batch, start_s, draft_away) -> gamma     (= choose(...) then commit(...))
+      choose:  B from the batch, policy.choose(B, L_max) capped at gamma_cap, unless the
+               draft is away (gamma 0, the policy neither asked nor taught)
+      commit:  the draft gate (``driver/draft_gate.py``) may turn gamma into 0; the
+               decision is recorded and counted in the telemetry
+    on_output(tokens, drafts, accepted[, duration_s]) -> the finished StepDecision
+               the observation rule (``driver/observation.py``) decides whether and
+               with what time the policy learns from it
+    sd_disabled, draft_value()   what the memory triggers read after a step
+
+The simulator calls ``choose`` while it reserves KV slots (its lookahead depends on
+gamma) and ``commit`` once the step's prefill chunks are known; the engine calls
+``on_schedule``. Pure Python: no vLLM types, clock passed in.
+
+What a step's gamma means in vLLM. ``num_spec_tokens_to_schedule`` of step t
+is the number of drafts the proposer makes at the *end* of step t; they are
+verified in step t+1. So step t's emitted tokens come from gamma_{t-1} while
+its time contains the verification of gamma_{t-1} drafts and the proposal of
+gamma_t drafts::
+
+    step t-1: verify(g_{t-2}) + propose(g_{t-1})
+    step t:   verify(g_{t-1}) + propose(g_t)      <- observed as gamma = g_{t-1}
+                                                     only if g_t == g_{t-1}
+
+Which steps the policy learns from, and with what time, is the shared
+:class:`~nightjar_ray.driver.observation.ObservationRule` (the simulator runs the
+same object): a step is a sample only when g_t == g_{t-1} (exactly one speculative
+iteration with that gamma; a transition step mixes two gammas and carries the
+catch-up, which Eq. (4) charges through C_switch). By default
+(``prefill-corrected``) a step that also carries prefill chunks is a sample with
+the target's learned prefill cost taken out, so the draft's prefill of new prompts
+stays charged to speculation; ``pure`` drops such steps, ``step`` keeps their wall
+time. Tokens are the decoding requests' (a prompt's first token is not a decode).
+
+Timing with async scheduling. vLLM's async scheduler schedules step t+1
+before step t's output is processed, so "end minus start" of one step would
+overlap its neighbour. The duration of step t is instead::
+
+    duration_t = end_t - max(end_{t-1}, start_t)
+
+where ``start_t`` is when ``schedule()`` began for step t and ``end_t`` when
+its output reached ``update_from_output``. With one step in flight (sync,
+the CPU case) this is the step's own wall time, scheduling included; with a
+full pipeline it is the interval between consecutive outputs, which is what
+each step adds to the wall clock; after an idle gap it starts at the
+schedule call, so idle time is never charged.
+
+Pooling (Ray Serve). A background thread exchanges the policy's statistics
+with the deployment's policy actor; it holds :attr:`StepDriver.policy_lock` only
+while it exports or loads tables in memory (never across the network), and the
+step loop takes the same lock around ``choose`` and ``observe``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import IO, Any
+
+from nightjar_ray.driver.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
+from nightjar_ray.metrics.telemetry import EngineTelemetry
+from nightjar_ray.policy import Policy
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """What the scheduler saw in one step, already reduced to counts."""
+
+    num_decode_reqs: int
+    """Requests verifying drafts / decoding one token this step."""
+    num_sampling_reqs: int
+    """Requests that sample a token this step (decodes + last prefill chunks)."""
+    num_scheduled_reqs: int
+    """Every scheduled request, partial prefills included (vLLM's count)."""
+    max_skip_tokens: int
+    """L_max: largest draft lag among the step's requests."""
+    num_prefill_tokens: int = 0
+    """Prompt tokens scheduled for requests that do not decode (prefill chunks)."""
+    num_owed_tokens: int = 0
+    """Tokens the draft would process now beyond the decodes' own: lags + prefill chunks."""
+    num_remaining_tokens: int = 0
+    """Output tokens still to come after this step, summed over the scheduled requests."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The policy's pick for one step, before the draft gate (:meth:`StepDriver.choose`)."""
+
+    gamma: int
+    num_reqs: int
+    """B handed to the policy (0 when it was not consulted)."""
+    consulted: bool
+    explored: bool = False
+    """gamma is an exploration probe (``Policy.last_explored``)."""
+    draft_away: bool = False
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """One step's decision and, once finished, its outcome (the decision log)."""
+
+    step: int
+    num_reqs: int
+    """B handed to the policy (0 when it was not consulted)."""
+    num_decode_reqs: int
+    num_sampling_reqs: int
+    num_scheduled_reqs: int
+    num_prefill_tokens: int
+    max_skip_tokens: int
+    gamma: int
+    verified_gamma: int
+    consulted: bool
+    start_s: float
+    num_tokens: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    duration_s: float = 0.0
+    observed: bool = False
+    draft_away: bool = False
+    """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
+    gated: bool = False
+    """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
+
+    @property
+    def carries_prefill(self) -> bool:
+        """Whether the step also ran prefill chunks (scheduled requests that do not decode)."""
+        return self.num_scheduled_reqs > self.num_decode_reqs
+
+
+class StepDriver:
+    """Chooses gamma per step and feeds finished steps back to the policy."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        gamma_cap: int,
+        clock: Callable[[], float],
+        count_scheduled: bool = False,
+        observation_rule: str = DEFAULT_OBSERVATION_RULE,
+        log_file: IO[str] | None = None,
+        log_interval_steps: int = 0,
+        max_history: int = 4096,
+        telemetry: EngineTelemetry | None = None,
+        draft_cost_ratio: float = DEFAULT_DRAFT_COST_RATIO,
+    ) -> None:
+        self.policy = policy
+        self.policy_lock = threading.Lock()
+        self.telemetry = telemetry or EngineTelemetry(policy.gamma_max)
+        self._cap = min(gamma_cap, policy.gamma_max)
+        self._clock = clock
+        self._count_scheduled = count_scheduled
+        self.observation = ObservationRule(observation_rule, draft_cost_ratio)
+        self.gate = DraftGate(draft_cost_ratio)
+        self._log_file = log_file
+        self._log_every = log_interval_steps
+        self._pending: deque[StepDecision] = deque()
+        self._last_end_s = float("-inf")
+        self._prev_gamma = 0
+        self._prev_explored = False
+        self._prev_num_reqs = 0
+        self._step = 0
+        self.history: deque[StepDecision] = deque(maxlen=max_history)
+        self.gamma_counts: Counter[int] = Counter()
+        self.num_observed = 0
+
+    @property
+    def last_gamma(self) -> int:
+        """Gamma of the last committed step (the drafts the next step verifies)."""
+        return self._prev_gamma
+
+    def batch_size(self, batch: StepBatch) -> int:
+        """B for the policy (see docs/engine.md, "What counts toward B")."""
+        if self._count_scheduled:
+            return batch.num_scheduled_reqs
+        return batch.num_decode_reqs or batch.num_sampling_reqs
+
+    def on_schedule(self, batch: StepBatch, start_s: float, draft_away: bool = False) -> int:
+        """Gamma for the step just scheduled (``start_s``: when schedule() began). With
+        ``draft_away`` (elastic memory offloaded it) gamma is 0, the policy is neither
+        asked nor taught (the step's outcome says nothing about its choice)."""
+        choice = self.choose(self.batch_size(batch), batch.max_skip_tokens, draft_away)
+        return self.commit(batch, choice, start_s)
+
+    def choose(self, num_reqs: int, max_skip_tokens: int, draft_away: bool = False) -> Choice:
+        """The policy's gamma at B = ``num_reqs`` (capped), or, when it is not consulted
+        (B = 0 or the draft away), the last gamma (0 with the draft away)."""
+        if num_reqs < 1 or draft_away:
+            return self.not_consulted(draft_away)
+        with self.policy_lock:
+            gamma = min(self.policy.choose(num_reqs, max_skip_tokens), self._cap)
+            explored = self.policy.last_explored
+        return Choice(gamma, num_reqs, consulted=True, explored=explored)
+
+    def not_consulted(self, draft_away: bool = False) -> Choice:
+        """A step the policy is not asked about: it keeps the last gamma (0 when away)."""
+        gamma = 0 if draft_away else self._prev_gamma
+        return Choice(gamma, 0, consulted=False, draft_away=draft_away)
+
+    def commit(self, batch: StepBatch, choice: Choice, start_s: float) -> int:
+        """Gate ``choice`` on the step's batch, record it; returns the gamma it plays."""
+        gamma, explored = choice.gamma, choice.explored
+        with self.policy_lock:
+            gated = gamma > 0 and not self._gate_allows(batch, gamma, explored)
+        if gated:
+            gamma = 0
+        num_reqs = choice.num_reqs
+        self.telemetry.on_step(
+            gamma, num_reqs, explored=explored, consulted=choice.consulted, gated=gated
+        )
+        decision = StepDecision(
+            step=self._step,
+            num_reqs=num_reqs,
+            num_decode_reqs=batch.num_decode_reqs,
+            num_sampling_reqs=batch.num_sampling_reqs,
+            num_scheduled_reqs=batch.num_scheduled_reqs,
+            num_prefill_tokens=batch.num_prefill_tokens,
+            max_skip_tokens=batch.max_skip_tokens,
+            gamma=gamma,
+            verified_gamma=self._prev_gamma,
+            consulted=choice.consulted,
+            start_s=start_s,
+            draft_away=choice.draft_away,
+            gated=gated,
+        )
+        self._pending.append(decision)
+        self._step += 1
+        self._prev_gamma = gamma
+        self._prev_explored = explored
+        self._prev_num_reqs = num_reqs
+        self.gamma_counts[gamma] += 1
+        return gamma
+
+    def _gate_allows(self, batch: StepBatch, gamma: int, explored: bool) -> bool:
+        """The draft gate's verdict on speculating this step (caller holds the lock).
+
+        The gain is priced at the batch size the step's requests decode in next: those
+        that sample now (decodes and last prompt chunks), not the decoding count, so three
+        prompts joining one decode are priced at B=4, where a token saves less. A prompt
+        with chunks to go is not counted: by the time it decodes the batch has moved on."""
+        if batch.num_owed_tokens <= 0 or not self.policy.draft_gate:
+            return True
+        num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
+        return self.gate.allows(
+            gamma,
+            self.policy.latency_estimates(num_reqs),
+            batch.num_owed_tokens,
+            batch.num_remaining_tokens,
+            self.observation.prefill_s_per_token,
+            explored=explored,
+            latency_at_zero_s=self.policy.latency_at_zero_s(num_reqs),
+        )
+
+    @property
+    def sd_disabled(self) -> bool:
+        """§6.1 condition (1) after the last scheduled step: it played gamma = 0 and that
+        was not an exploration probe (the simulator's ``offload_trigger="exploited"``)."""
+        return self._prev_gamma == 0 and not self._prev_explored
+
+    def draft_value(self) -> tuple[float | None, int]:
+        """(``Policy.speculation_gain``, B) at the last scheduled step's batch size: what
+        the memory triggers weigh the draft's memory against (``None`` at B = 0)."""
+        num_reqs = self._prev_num_reqs
+        if num_reqs < 1:
+            return None, 0
+        with self.policy_lock:
+            return self.policy.speculation_gain(num_reqs), num_reqs
+
+    def on_output(
+        self,
+        num_tokens: int,
+        num_draft_tokens: int,
+        num_accepted_tokens: int,
+        duration_s: float | None = None,
+    ) -> StepDecision:
+        """Close the oldest pending step; observe it if the observation rule takes it.
+        ``duration_s``: the step's time where the caller knows it (the simulator's cost
+        model); else it is measured with the clock (module docstring)."""
+        end_s = self._clock()
+        decision = self._pending.popleft()
+        duration = end_s - max(self._last_end_s, decision.start_s)
+        if duration_s is not None:
+            duration = duration_s
+        self._last_end_s = end_s
+        num_accepted = min(num_accepted_tokens, num_draft_tokens)
+        result = (
+            None
+            if decision.draft_away
+            else self.observation.observe(
+                StepSample(
+                    decision.num_reqs if decision.num_decode_reqs > 0 else 0,
+                    decision.verified_gamma,
+                    decision.gamma,
+                    num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs),
+                    duration,
+                    decision.num_prefill_tokens,
+                    num_draft_tokens,
+                    num_accepted,
+                )
+            )
+        )
+        done = replace(
+            decision,
+            num_tokens=num_tokens,
+            num_draft_tokens=num_draft_tokens,
+            num_accepted_tokens=num_accepted,
+            duration_s=duration,
+            observed=result is not None,
+        )
+        if result is not None:
+            with self.policy_lock:
+                self.policy.observe(result)
+            self.num_observed += 1
+            self.telemetry.on_observed(result.num_tokens, result.duration_s)
+        self._record(done)
+        return done
+
+    def _record(self, done: StepDecision) -> None:
+        self.history.append(done)
+        if self._log_file is not None:
+            self._log_file.write(json.dumps(asdict(done)) + "\n")
+            self._log_file.flush()
+        if self._log_every and (done.step + 1) % self._log_every == 0:
+            logger.info("nightjar: %s", self.summary())
+
+    def summary(self) -> dict[str, Any]:
+        """Counts of steps per gamma and observed steps so far."""
+        return {
+            "steps": self._step,
+            "observed": self.num_observed,
+            "gamma_counts": dict(sorted(self.gamma_counts.items())),
+            "gated_steps": self.gate.num_gated_steps,
+        }

@@ -1,0 +1,114 @@
+"""``TestingConfig``: switches for tests, benchmarks and chaos runs (``NightjarConfig.testing``).
+
+Not part of the product schema: the Helm chart's schema and the docs leave this block out,
+and nothing an operator deploys needs it. It forces the engine's paths on a schedule
+(memory events, a gamma schedule), checks them more expensively (``self_check``), runs a
+control without the draft KV catch-up, or overrides research parameters (a policy's,
+the batch-size and observation rules).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+
+BatchSizeRule = Literal["decode", "scheduled"]
+
+
+class TestingConfig(BaseModel):
+    """Test-only switches; every default leaves the engine as an operator runs it."""
+
+    __test__ = False  # not a pytest test class
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chaos_cycle_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Every N scheduling steps give the top chaos_region_blocks KV blocks back "
+            "(compacting the live ones below the boundary, as a contraction does) and N "
+            "steps later hand them out again. None: off."
+        ),
+    )
+    chaos_offload_steps: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Every N scheduling steps offload the draft's weights (and release its KV "
+            "pages), N steps later reload them; speculation is off while the draft is "
+            "away and its KV is rebuilt by the catch-up. Needs draft_sync='catch-up'. "
+            "None: off."
+        ),
+    )
+    chaos_reload_delay_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description=(
+            "Hold every draft reload this long in its background thread (the step loop "
+            "goes on without speculation meanwhile)."
+        ),
+    )
+    chaos_region_blocks: int = Field(
+        default=8, ge=1, description="Blocks the chaos cycle takes away and gives back."
+    )
+    self_check: bool = Field(
+        default=False,
+        description=(
+            "Check every reloaded draft weight against a digest and measure the committed "
+            "KV + draft bytes after every step (costs time)."
+        ),
+    )
+    skip_catch_up: bool = Field(
+        default=False,
+        description=(
+            "A control: gamma = 0 runs no draft forward and the draft KV is never caught "
+            "up (acceptance collapses). Needs draft_sync='catch-up'."
+        ),
+    )
+    forced_gammas: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Play this gamma schedule instead of the policy (each entry "
+            "forced_steps_per_gamma steps, then the next, wrapping around); entries in "
+            "[0, gamma_max]. None: the policy decides."
+        ),
+    )
+    forced_steps_per_gamma: int = Field(
+        default=4, ge=1, description="Consecutive steps per entry of forced_gammas."
+    )
+    batch_size_rule: BatchSizeRule = Field(
+        default="decode",
+        description=(
+            "Research: what counts toward B. 'decode' = requests verifying drafts this "
+            "step (the product's rule); 'scheduled' = every scheduled request, prefills "
+            "included (vLLM's dynamic-SD rule)."
+        ),
+    )
+    observation_rule: ObservationRuleName = Field(
+        default=DEFAULT_OBSERVATION_RULE,
+        description=(
+            "Research: which steps the policy learns from (the simulator's "
+            "--observed-time): 'prefill-corrected' (the product's rule), 'pure' (only "
+            "steps without prefill chunks) or 'step' (wall time)."
+        ),
+    )
+    policy_overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Research parameters applied over the policy's preset and policy_params "
+            "(the nightjar presets: any field of nightjar_ray.policy.NightjarParams), as "
+            "the simulator's --nightjar-params; gamma_max stays the engine's."
+        ),
+    )
+
+    @property
+    def moves_memory(self) -> bool:
+        """Whether a chaos cycle moves memory."""
+        return bool(self.chaos_cycle_steps or self.chaos_offload_steps)

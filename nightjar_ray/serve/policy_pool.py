@@ -1,0 +1,140 @@
+"""The pooled statistics of one deployment (the policy actor's state; pure Python).
+
+:class:`PolicyPool` merges the deltas replicas push (``policy.pooling``),
+refuses payloads of another configuration or malformed ones, keeps per-replica
+accounting, and snapshots itself to disk after every change so a restarted
+actor loses nothing that was acknowledged::
+
+    exchange(replica, fingerprint, delta) -> pooled table
+      fingerprint == ours?  parse + check every cell   (else ValueError: pool untouched)
+      pool = pool.merge(delta); write snapshot (atomic rename); return pool
+
+The Ray actor (``policy_actor.py``) is a thin wrapper; tests drive this class
+directly as well as through the actor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nightjar_ray.policy.pooling import parse_stats
+from nightjar_ray.policy.stats import PolicyStats
+
+logger = logging.getLogger(__name__)
+
+POOL_SNAPSHOT_VERSION = 1
+
+
+def total_count(stats: PolicyStats) -> float:
+    """Observations (summed counts) over every table of ``stats``."""
+    return sum(stats.total_count(name) for name in stats.tables)
+
+
+@dataclass
+class ReplicaRecord:
+    """What the policy pool knows of one replica."""
+
+    pushed_count: float = 0.0
+    """Observations this replica contributed (sum of its deltas' counts)."""
+    num_exchanges: int = 0
+    warm_start_count: float = 0.0
+    """Pool size (observations from others) handed to it at its first exchange."""
+    last_exchange_s: float = 0.0
+    report: dict[str, Any] | None = None
+    """Latest telemetry the replica reported (``TelemetryReading.to_json``)."""
+    last_report_s: float = 0.0
+
+
+class PolicyPool:
+    """Pooled statistics of one deployment's replicas (see module docstring)."""
+
+    def __init__(
+        self, fingerprint: dict[str, Any], snapshot_path: str | None, clock: Callable[[], float]
+    ) -> None:
+        self.fingerprint = dict(fingerprint)
+        self._path = None if snapshot_path is None else Path(snapshot_path)
+        self._clock = clock
+        self.pool = PolicyStats(str(fingerprint["policy"]))
+        self.replicas: dict[str, ReplicaRecord] = {}
+        self.num_rejected = 0
+        self.restored = self._restore()
+
+    def exchange(
+        self, replica: str, fingerprint: dict[str, Any], delta: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge ``delta`` from ``replica``; return the pooled table (JSON)."""
+        if fingerprint != self.fingerprint:
+            self.num_rejected += 1
+            raise ValueError(
+                f"policy configuration {fingerprint} does not match this policy pool's "
+                f"{self.fingerprint}; statistics rejected"
+            )
+        try:
+            stats = parse_stats(delta, self.fingerprint)
+        except ValueError:
+            self.num_rejected += 1
+            raise
+        record = self.replicas.get(replica)
+        if record is None:
+            record = self.replicas[replica] = ReplicaRecord(warm_start_count=total_count(self.pool))
+        self.pool = self.pool.merge(stats)
+        record.pushed_count += total_count(stats)
+        record.num_exchanges += 1
+        record.last_exchange_s = self._clock()
+        self._save()
+        return self.pool.to_json()
+
+    def report(self, replica: str, telemetry: dict[str, Any]) -> None:
+        """Keep the replica's latest telemetry (read by the main job's report)."""
+        record = self.replicas.setdefault(replica, ReplicaRecord())
+        record.report = telemetry
+        record.last_report_s = self._clock()
+
+    def status(self) -> dict[str, Any]:
+        """Pool size, per-replica accounting and whether it was restored from disk."""
+        return {
+            "fingerprint": self.fingerprint,
+            "pool_count": total_count(self.pool),
+            "restored": self.restored,
+            "num_rejected": self.num_rejected,
+            "now_s": self._clock(),
+            "replicas": {name: asdict(rec) for name, rec in sorted(self.replicas.items())},
+        }
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        data = {
+            "version": POOL_SNAPSHOT_VERSION,
+            "fingerprint": self.fingerprint,
+            "pool": self.pool.to_json(),
+            "pushed": {name: rec.pushed_count for name, rec in self.replicas.items()},
+        }
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self._path)
+
+    def _restore(self) -> bool:
+        if self._path is None or not self._path.is_file():
+            return False
+        try:
+            data = json.loads(self._path.read_text())
+            if data.get("version") != POOL_SNAPSHOT_VERSION:
+                raise ValueError(f"snapshot version {data.get('version')!r}")
+            if data.get("fingerprint") != self.fingerprint:
+                raise ValueError(f"snapshot fingerprint {data.get('fingerprint')}")
+            self.pool = parse_stats(data["pool"], self.fingerprint)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            logger.warning("nightjar: ignoring policy pool snapshot %s: %s", self._path, e)
+            return False
+        for name, count in data.get("pushed", {}).items():
+            self.replicas[name] = ReplicaRecord(pushed_count=float(count))
+        logger.info("nightjar: restored policy pool from %s", self._path)
+        return True
