@@ -123,7 +123,7 @@ def grafana() -> Iterator[str]:
     _GrafanaStub.requests = []
     _GrafanaStub.folders = set()
     server = HTTPServer(("127.0.0.1", 0), _GrafanaStub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()

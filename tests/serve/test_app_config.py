@@ -176,7 +176,7 @@ def test_gpu_configs_build_serve_apps_with_one_gpu_bundle_per_rank(
     from nightjar_ray.serve.server import NightjarLLMServer
 
     (app,) = _apps(name)
-    assert build_app(app["args"]) is not None
+    build_app(app["args"])  # builds the Serve application (raises on a config it refuses)
     options = NightjarLLMServer.get_deployment_options(parse_app_config(app["args"]).llm_config)
     bundles = options["placement_group_bundles"]
     assert sum(b.get("GPU", 0) for b in bundles) == num_gpus == len(bundles)
