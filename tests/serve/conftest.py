@@ -54,6 +54,9 @@ def app_args(
             "max_model_len": 256,
             "max_num_seqs": 8,
             "max_num_batched_tokens": 64,
+            # eager, as the offline test engines: a replica starts without torch.compile's
+            # ~30 s on 2 cores (the compiled path: the main job in tests/ops, bench-serve)
+            "enforce_eager": True,
         },
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
