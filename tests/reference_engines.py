@@ -38,7 +38,6 @@ class ReferenceEngines:
         self._stack = ExitStack()
         self._engines: dict[tuple[str, str], Any] = {}
         self._digests: dict[Path, str] = {}
-        self.num_started = 0
 
     def engine(
         self, pair: ModelPair, *, env: Mapping[str, str] | None = None, **kwargs: Any
@@ -59,7 +58,6 @@ class ReferenceEngines:
                     patch.setenv(name, value)
                 engine = self._stack.enter_context(offline_engine(pair, None, **kwargs))
             self._engines[key] = engine
-            self.num_started += 1
         engine = self._engines[key]
         assert engine.reset_prefix_cache(), "a reference engine still runs requests"
         return engine
