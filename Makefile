@@ -6,8 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test tools lint typecheck unit bench-research bench-policy bench-sim bench-sim-seeds \
-	bench-engine profile-switch-cost clean
+.PHONY: demo test tools lint typecheck unit unit-shuffled bench-research bench-policy \
+	bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ unit: $(VENV)/.installed-dev tools
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+# The unit tests with the modules and the tests inside each in a random order (every
+# module must pass in any order); the header prints the seed, which
+# `make unit-shuffled ARGS=--random-order-seed=N` repeats.
+unit-shuffled: $(VENV)/.installed-dev tools
+	$(BIN)/pytest -q --random-order-bucket=module $(ARGS)
 
 # Research scripts live in benchmarks/ (not installed); their results go to benchmarks/results/.
 RESULTS := benchmarks/results

@@ -1,13 +1,19 @@
-"""Helpers shared by every test package."""
+"""Fixtures for every test package."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.reference_engines import ReferenceEngines
 
 
-def trace_path() -> Path:
-    """The Azure conversation trace, shared next to the checkout (``../shared/data``); it is
-    not part of the repository, so tests that need it skip when it is absent."""
-    return REPO_ROOT.parent / "shared" / "data" / "azure_llm_inference_trace_conv_2023.csv"
+@pytest.fixture(scope="session")
+def reference_engines() -> Iterator[ReferenceEngines]:
+    """Plain engines for reference outputs, shared by the session (see the module)."""
+    engines = ReferenceEngines()
+    try:
+        yield engines
+    finally:
+        engines.close()

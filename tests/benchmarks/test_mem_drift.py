@@ -37,7 +37,10 @@ def test_varying_stream_is_seeded_and_varies_every_dimension() -> None:
 
 
 def test_rss_sampler_includes_children() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # a child that waits on its stdin until it is killed
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
         rss = tool.tree_rss_bytes(os.getpid())
         assert rss["self"] > 0

@@ -1,12 +1,16 @@
-"""Shared fixtures of the engine tests: generated model pairs and prompts.
+"""Shared fixtures of the engine tests: generated model pairs, prompts, engine sizes.
 
 Every engine test starts real vLLM (CPU) engines on models generated here
-(``nightjar_ray.models.pair``), so nothing is downloaded. Engines are
-started per test or module and shut down after, to keep memory flat.
+(``nightjar_ray.models.pair``), so nothing is downloaded. Engines under test are
+started per test or module and shut down after; the plain engines that decode
+reference outputs are shared by the session (``reference_engines``, tests/conftest.py).
+The copy and lossy pairs share their target (same spec and seed), so one plain engine
+serves both.
 """
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +22,22 @@ MAX_TOKENS = 40
 SMALL_ENGINE = {"max_num_seqs": 8, "max_num_batched_tokens": 64, "max_model_len": 256}
 """A 64-token step budget: long prompts are chunked and share steps with decodes,
 and catch-ups of long gaps are split across several draft forwards."""
+TIGHT_ENGINE: dict[str, Any] = {
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 64,
+    "max_model_len": 256,
+    "block_size": 32,
+    "kv_cache_memory_bytes": 6_000_000,
+}
+"""36 float32 blocks of 32 tokens with the lossy pair's draft layer: 8 running requests
+fill the pool."""
+TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 3_000_000}
+"""Each rank holds half the KV heads: half the bytes give the same blocks."""
+TP2_SPEC = {"draft_tensor_parallel_size": 2}
+TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+"""One core per rank."""
+LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70, 12, 80, 36, 55, 27, 66, 8, 95)
+"""Prompt lengths of the tight-pool tests: more requests than the pool holds at once."""
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,15 @@
 """DraftOffloader on a small torch module: the store, the background reload, the digest."""
 
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 from nightjar_ray.engine.draft_offload import DraftOffloader
+from tests.support import wait_until
 
 
 def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -17,26 +21,38 @@ def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
 
 
 def test_background_reload_returns_at_once_and_restores_bit_identical_weights(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     draft, target = _pair()
     before = {n: p.detach().clone() for n, p in draft.named_parameters()}
-    offloader = DraftOffloader(draft, target, str(tmp_path), verify=True, reload_delay_s=0.2)
+    offloader = DraftOffloader(draft, target, str(tmp_path), verify=True)
     assert offloader.stats.draft_bytes == (64 * 256 + 256 + 256 * 64) * 4
     offloader.offload()
     assert draft[0].weight.numel() == 0 and draft[1].bias.numel() == 64
     assert list((tmp_path / "nightjar-ray-draft").iterdir())  # the CPU store is a file
-    start = time.perf_counter()
+    # the background load reads the store through torch.load: hold it there until the
+    # test lets it go, so start_reload must return while the load has not happened
+    release, held = threading.Event(), []
+    real_load = torch.load
+
+    def held_load(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        assert release.wait(timeout=60), "the test never released the reload"
+        held.append(time.perf_counter() - start)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", held_load)
     offloader.start_reload()
-    assert time.perf_counter() - start < 0.1 and offloader.reloading
-    assert not offloader.reload_ready() and draft[0].weight.numel() == 0
-    while not offloader.reload_ready():
-        time.sleep(0.01)
+    assert offloader.reloading and not offloader.reload_ready()
+    assert draft[0].weight.numel() == 0 and offloader.stats.num_reloads == 0
+    release.set()
+    wait_until(offloader.reload_ready, 60, 0.01, "the background reload to finish")
     offloader.finish_reload()
     assert all(torch.equal(p, before[n]) for n, p in draft.named_parameters())
     stats = offloader.stats
     assert stats.resident and stats.weights_identical and stats.num_verified_reloads == 1
-    assert stats.reload_background_s >= 0.2 > stats.reload_dispatch_s
+    assert stats.num_reloads == 1 and len(held) == 1
+    assert stats.reload_background_s >= held[0]  # the background time holds the load
     assert not list((tmp_path / "nightjar-ray-draft").iterdir())
 
 

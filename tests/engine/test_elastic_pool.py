@@ -112,5 +112,5 @@ def test_draft_cycle_alternates_offload_and_reload() -> None:
     offload, reload = ("offload",), ("reload", "resume")
     assert commands == [None, offload, None, reload, None, offload, None, reload]
     assert cycle.resident and cycle.stats.num_offload_commands == 2
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cycle_steps must be >= 1"):
         DraftCycle(0)

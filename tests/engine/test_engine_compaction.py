@@ -10,25 +10,18 @@ would catch a broken move or remap.
 """
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batch
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
+from tests.reference_engines import ReferenceEngines
+
+from .conftest import LENGTHS, TIGHT_ENGINE, TP2_ENGINE, TP2_ENV, TP2_SPEC
 
 pytestmark = pytest.mark.engine
 
-TIGHT_ENGINE: dict[str, Any] = {
-    "max_num_seqs": 8,
-    "max_num_batched_tokens": 64,
-    "max_model_len": 256,
-    "block_size": 32,
-    "kv_cache_memory_bytes": 6_000_000,
-}
-"""36 float32 blocks of 32 tokens with the draft's layers: 8 running requests fill the pool."""
-LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70, 12, 80, 36, 55, 27, 66, 8, 95)
 MAX_TOKENS = 48
 
 
@@ -38,9 +31,10 @@ def many_prompts() -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def tight_reference(lossy_pair: ModelPair, many_prompts: list[list[int]]) -> list[list[int]]:
-    with offline_engine(lossy_pair, None, **TIGHT_ENGINE) as llm:
-        return run_batch(llm, many_prompts, MAX_TOKENS).token_ids
+def tight_reference(
+    reference_engines: ReferenceEngines, lossy_pair: ModelPair, many_prompts: list[list[int]]
+) -> list[list[int]]:
+    return reference_engines.outputs(lossy_pair, many_prompts, MAX_TOKENS, **TIGHT_ENGINE)
 
 
 def test_compaction_cycles_under_load_are_lossless(
@@ -72,24 +66,24 @@ def test_compaction_cycles_under_load_are_lossless(
     assert 0 < worker["arena_resident_bytes"] <= worker["stock_kv_bytes"]
 
 
-TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 3_000_000}
-"""Each rank holds half the KV heads: half the bytes give the same 36 blocks."""
-TP2_SPEC = {"draft_tensor_parallel_size": 2}
-
-
 @pytest.fixture(scope="module")
 def tp2_env() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank
+        for name, value in TP2_ENV.items():
+            patch.setenv(name, value)
         yield
 
 
 @pytest.fixture(scope="module")
 def tp2_reference(
-    tp2_env: None, lossy_pair: ModelPair, many_prompts: list[list[int]]
+    tp2_env: None,
+    reference_engines: ReferenceEngines,
+    lossy_pair: ModelPair,
+    many_prompts: list[list[int]],
 ) -> list[list[int]]:
-    with offline_engine(lossy_pair, None, **TP2_ENGINE) as llm:
-        return run_batch(llm, many_prompts[:12], MAX_TOKENS).token_ids
+    return reference_engines.outputs(
+        lossy_pair, many_prompts[:12], MAX_TOKENS, env=TP2_ENV, **TP2_ENGINE
+    )
 
 
 def test_tp2_ranks_apply_the_same_moves_and_stay_lossless(

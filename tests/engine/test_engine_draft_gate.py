@@ -10,6 +10,7 @@ import pytest
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prompts, run_batch
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
+from tests.reference_engines import ReferenceEngines
 
 from .conftest import SMALL_ENGINE
 
@@ -24,7 +25,10 @@ the second none."""
 
 
 def test_one_token_requests_never_draft_their_prompt(
-    copy_pair: ModelPair, prompts: list[list[int]], tmp_path: Path
+    copy_pair: ModelPair,
+    prompts: list[list[int]],
+    reference_engines: ReferenceEngines,
+    tmp_path: Path,
 ) -> None:
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(gamma_max=3, decision_log_path=str(log))
@@ -57,10 +61,10 @@ def test_one_token_requests_never_draft_their_prompt(
     assert stats["num_catch_up_tokens"] < sum(
         len(p) for p in prompts[:4]
     )  # prompts never caught up
-    with offline_engine(copy_pair, None, **SMALL_ENGINE) as llm:
-        reference = [run_batch(llm, [p], 40).token_ids[0] for p in prompts[:4]]
-        reference += [run_batch(llm, [p], 1).token_ids[0] for p in LONG_PROMPTS]
-        reference += [run_batch(llm, [p], PRICED_MAX_TOKENS).token_ids[0] for p in PRICED_PROMPTS]
+    llm = reference_engines.engine(copy_pair, **SMALL_ENGINE)
+    reference = [run_batch(llm, [p], 40).token_ids[0] for p in prompts[:4]]
+    reference += [run_batch(llm, [p], 1).token_ids[0] for p in LONG_PROMPTS]
+    reference += [run_batch(llm, [p], PRICED_MAX_TOKENS).token_ids[0] for p in PRICED_PROMPTS]
     assert outputs == reference
 
 

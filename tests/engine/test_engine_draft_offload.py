@@ -11,6 +11,7 @@ hand: without the lag invalidation at reload it fell to 0.27).
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,9 @@ from nightjar_ray.engine.offline import (
     spec_counters,
 )
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
+from tests.reference_engines import ReferenceEngines
 
-from .test_engine_compaction import LENGTHS, TIGHT_ENGINE
+from .conftest import LENGTHS, TIGHT_ENGINE
 
 pytestmark = pytest.mark.engine
 
@@ -39,9 +41,10 @@ def copy_prompts() -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def copy_reference(copy_pair: ModelPair, copy_prompts: list[list[int]]) -> list[list[int]]:
-    with offline_engine(copy_pair, None, **TIGHT_ENGINE) as llm:
-        return run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
+def copy_reference(
+    reference_engines: ReferenceEngines, copy_pair: ModelPair, copy_prompts: list[list[int]]
+) -> list[list[int]]:
+    return reference_engines.outputs(copy_pair, copy_prompts, MAX_TOKENS, **TIGHT_ENGINE)
 
 
 def _decisions(path: Path) -> list[dict[str, Any]]:
@@ -54,6 +57,11 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
     copy_reference: list[list[int]],
     tmp_path: Path,
 ) -> None:
+    """Computing in float32 (the pair's dtype, the main job's), vLLM's CPU backend packs
+    the draft's linear weights into oneDNN handles and drops ``layer.weight`` where
+    oneDNN supports the CPU; the worker keeps the weights from load time, an offload
+    drops the handles and a reload packs the same weights again. The digest and the
+    acceptance below check the reloaded draft either way."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
         gamma_max=3,
@@ -90,51 +98,39 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
     assert all(not d["consulted"] for d in away)
 
 
-def test_a_prepacked_draft_is_offloaded_and_packed_again_losslessly(
-    copy_pair: ModelPair, copy_prompts: list[list[int]]
-) -> None:
-    """Computing in float32 (the main job's dtype), vLLM's CPU backend packs the draft's
-    linear weights into oneDNN handles and drops ``layer.weight`` (where oneDNN supports
-    the CPU); the worker keeps the weights from load time, an offload drops the handles
-    and a reload packs the same weights again."""
-    engine = {**TIGHT_ENGINE, "dtype": "float32"}
-    prompts = copy_prompts[:8]
-    with offline_engine(copy_pair, None, **engine) as llm:
-        reference = run_batch(llm, prompts, MAX_TOKENS).token_ids
-    config = NightjarConfig(
-        gamma_max=3,
-        policy="fixed",
-        policy_params={"gamma": 3},
-        testing={"chaos_offload_steps": 4, "self_check": True},
-    )
-    with offline_engine(copy_pair, config, **engine) as llm:
-        outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
-        (worker,) = llm.collective_rpc("nightjar_memory_stats")
-        acceptance = spec_counters(llm).acceptance_rate
-    draft = worker["draft"]
-    if draft["num_prepacked_layers"] == 0:
-        pytest.skip("vLLM's CPU backend packs no float32 linear on this CPU")
-    assert outputs == reference
-    assert draft["num_offloads"] >= 2 and draft["num_reloads"] >= 2
-    assert draft["weights_identical"] and draft["num_verified_reloads"] == draft["num_reloads"]
-    assert acceptance >= 0.9  # the re-packed draft still proposes the target's tokens
-
-
-ELASTIC = {"enabled": True, "expand_persist_steps": 2, "contract_persist_steps": 2}
+EXPAND_PERSIST_STEPS = 2
+ELASTIC = {
+    "enabled": True,
+    "expand_persist_steps": EXPAND_PERSIST_STEPS,
+    "contract_persist_steps": 2,
+}
 CHECKED = {"chaos_reload_delay_s": 0.1, "self_check": True}
 """``ELASTIC``: the controller with short persistence (a small test); ``CHECKED`` (testing):
 every reload held 0.1 s in its background thread, so that steps run (and requests arrive)
 while the draft loads, and checked against the weights' digest."""
 
 
+@dataclass(frozen=True)
+class ElasticRuns:
+    """The controller's engine after two runs of every prompt, and what it reported then."""
+
+    llm: Any
+    runs: list[list[list[int]]]
+    worker: dict[str, Any]
+    acceptance: float
+    decisions: list[dict[str, Any]]
+
+
 @pytest.fixture(scope="module")
 def elastic_engine(
     copy_pair: ModelPair,
+    copy_prompts: list[list[int]],
     copy_reference: list[list[int]],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Any]:
-    """Started after the reference engine: an engine shut down after another started
-    takes vLLM's in-process metrics (``spec_counters``) with it."""
+) -> Iterator[ElasticRuns]:
+    """Runs the prompts twice at once and reads the counters then, whichever test asks
+    first: any engine shut down while this one runs takes vLLM's in-process metrics
+    (``spec_counters``) with it."""
     log = tmp_path_factory.mktemp("elastic") / "decisions.jsonl"
     config = NightjarConfig(
         gamma_max=3,
@@ -143,17 +139,17 @@ def elastic_engine(
         testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 6, **CHECKED},
     )
     with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
-        llm.nightjar_log = log
-        yield llm
+        runs = [run_batch(llm, copy_prompts, MAX_TOKENS).token_ids for _ in range(2)]
+        (worker,) = llm.collective_rpc("nightjar_memory_stats")
+        acceptance = spec_counters(llm).acceptance_rate
+        yield ElasticRuns(llm, runs, worker, acceptance, _decisions(log))
 
 
 def test_controller_grows_the_pool_into_the_draft_and_gives_it_back_losslessly(
-    elastic_engine: Any, copy_prompts: list[list[int]], copy_reference: list[list[int]]
+    elastic_engine: ElasticRuns, copy_reference: list[list[int]]
 ) -> None:
-    runs = [run_batch(elastic_engine, copy_prompts, MAX_TOKENS).token_ids for _ in range(2)]
-    (worker,) = elastic_engine.collective_rpc("nightjar_memory_stats")
-    acceptance = spec_counters(elastic_engine).acceptance_rate
-    assert runs == [copy_reference, copy_reference]
+    worker, acceptance = elastic_engine.worker, elastic_engine.acceptance
+    assert elastic_engine.runs == [copy_reference, copy_reference]
     sched, draft = worker["scheduler"], worker["draft"]
     assert sched["num_expansions"] >= 2 and sched["num_contractions"] >= 2
     assert draft["num_offloads"] == sched["num_expansions"]
@@ -182,18 +178,18 @@ def test_controller_grows_the_pool_into_the_draft_and_gives_it_back_losslessly(
     assert [events[k][0] for k in ("expand", "offload")] == [sched["num_expansions"]] * 2
     assert events["contract"][0] == sched["num_contractions"]
     assert sched["num_contractions"] - 1 <= events["reload"][0] <= sched["num_contractions"]
-    decisions = _decisions(elastic_engine.nightjar_log)
+    decisions = elastic_engine.decisions
     away = [d for d in decisions if d["draft_away"]]
     assert away and all(d["gamma"] == 0 and not d["consulted"] for d in away)
     assert any(d["gamma"] == 3 for d in decisions)
 
 
 def test_requests_arriving_while_the_draft_is_away_or_reloading_are_served(
-    elastic_engine: Any, copy_prompts: list[list[int]], copy_reference: list[list[int]]
+    elastic_engine: ElasticRuns, copy_prompts: list[list[int]], copy_reference: list[list[int]]
 ) -> None:
     from vllm import SamplingParams
 
-    engine = elastic_engine.llm_engine
+    engine = elastic_engine.llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
     def submit(i: int) -> None:
@@ -208,7 +204,7 @@ def test_requests_arriving_while_the_draft_is_away_or_reloading_are_served(
         for out in engine.step():
             if out.finished:
                 outputs[int(out.request_id[1:])] = list(out.outputs[0].token_ids)
-        (worker,) = elastic_engine.collective_rpc("nightjar_memory_stats")
+        (worker,) = elastic_engine.llm.collective_rpc("nightjar_memory_stats")
         residency = worker["scheduler"]["residency"]
         if residency != "resident" and arrived.get(residency, 0) < 2:
             submit(next(late))
@@ -244,7 +240,5 @@ def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
     first_away = next(i for i, d in enumerate(decisions) if d["draft_away"])
     # the scarce steps the expansion counted: under the paper's condition alone every one
     # of them would have played an exploited gamma = 0
-    persist = ELASTIC["expand_persist_steps"]
-    assert isinstance(persist, int)
-    window = decisions[first_away - persist : first_away]
+    window = decisions[first_away - EXPAND_PERSIST_STEPS : first_away]
     assert any(d["gamma"] > 0 for d in window), "the paper's condition alone would wait"

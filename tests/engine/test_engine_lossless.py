@@ -14,6 +14,7 @@ import pytest
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import draft_stats, offline_engine, run_batch
 from nightjar_ray.models.pair import ModelPair
+from tests.reference_engines import ReferenceEngines
 
 from .conftest import MAX_TOKENS, SMALL_ENGINE
 
@@ -23,10 +24,11 @@ FORCED_0_3 = {"testing": {"forced_gammas": [0, 3], "forced_steps_per_gamma": 3}}
 
 
 @pytest.fixture(scope="module")
-def reference(lossy_pair: ModelPair, prompts: list[list[int]]) -> list[list[int]]:
+def reference(
+    reference_engines: ReferenceEngines, lossy_pair: ModelPair, prompts: list[list[int]]
+) -> list[list[int]]:
     """Plain decoding (no speculative config at all)."""
-    with offline_engine(lossy_pair, None, **SMALL_ENGINE) as llm:
-        return run_batch(llm, prompts, MAX_TOKENS).token_ids
+    return reference_engines.outputs(lossy_pair, prompts, MAX_TOKENS, **SMALL_ENGINE)
 
 
 def run_nightjar(

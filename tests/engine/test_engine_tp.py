@@ -8,25 +8,26 @@ import torch
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, run_batch, spec_counters
 from nightjar_ray.models.pair import ModelPair
+from tests.reference_engines import ReferenceEngines
 
-from .conftest import SMALL_ENGINE
+from .conftest import TP2_ENGINE, TP2_ENV, TP2_SPEC
 
 pytestmark = pytest.mark.engine
 
-TP2 = {"tensor_parallel_size": 2, **SMALL_ENGINE}
-
 
 def test_tp2_ranks_agree_and_stay_lossless(
-    copy_pair: ModelPair, prompts: list[list[int]], monkeypatch: pytest.MonkeyPatch
+    copy_pair: ModelPair,
+    prompts: list[list[int]],
+    reference_engines: ReferenceEngines,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0|1")  # one core per rank
-    with offline_engine(copy_pair, None, **TP2) as llm:
-        reference = run_batch(llm, prompts[:4], 40).token_ids
+    for name, value in TP2_ENV.items():
+        monkeypatch.setenv(name, value)
+    reference = reference_engines.outputs(copy_pair, prompts[:4], 40, env=TP2_ENV, **TP2_ENGINE)
     config = NightjarConfig(
         testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 3}, gamma_max=3
     )
-    spec_extra = {"draft_tensor_parallel_size": 2}
-    with offline_engine(copy_pair, config, spec_extra=spec_extra, **TP2) as llm:
+    with offline_engine(copy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
         outputs = run_batch(llm, prompts[:4], 40).token_ids
         ranks = llm.collective_rpc("nightjar_draft_stats")
         acceptance = spec_counters(llm).acceptance_rate

@@ -72,7 +72,8 @@ def _expanded() -> tuple[ElasticController, BlockPool, EngineTelemetry, list[obj
     held = pool.get_new_blocks(19)
     for _ in range(2):
         _step(c, pool, sd_disabled=True, waiting=2)
-    assert c.before_schedule() is not None
+    event = c.before_schedule()
+    assert event is not None and event.draft_commands == ("offload",)
     return c, pool, telemetry, list(held)
 
 

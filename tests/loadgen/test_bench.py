@@ -23,9 +23,8 @@ from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
 from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
 from nightjar_ray.workload import RequestRecord, RequestSpec
-from tests.conftest import trace_path
+from tests.support import SHARED_TRACE
 
-TRACE = trace_path()
 SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2, "slow": 0.8}
 
 
@@ -74,7 +73,7 @@ def test_paired_ratios_and_bootstrap() -> None:
     assert resolution(s) == pytest.approx(max(1 - s.ci_low, s.ci_high - 1))
     lo, hi = bootstrap_ci([2.0] * 5, rng)
     assert lo == hi == 2.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one value per round"):
         paired_ratios([1.0], [1.0, 2.0], rng)
 
 
@@ -104,8 +103,8 @@ def test_report_section_is_regenerated_in_place(tmp_path: Path) -> None:
 def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     # NOTE: the shared trace lives next to the checkout (../shared); a clone elsewhere
     # checks every other scenario.
-    has_trace = TRACE.exists()
-    table = scenarios(TRACE if has_trace else None)
+    has_trace = SHARED_TRACE.is_file()
+    table = scenarios(SHARED_TRACE if has_trace else None)
     expected = {"low", "medium", "high", "burst", "prefill-heavy"}
     assert set(table) == (expected | {"trace"} if has_trace else expected)
     counts = {name: len(s.build(1.0, 0, 600.0, 1000)) for name, s in table.items()}

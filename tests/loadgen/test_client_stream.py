@@ -60,7 +60,7 @@ class _Stub(BaseHTTPRequestHandler):
 def stub() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     _Stub.bodies.clear()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
 
@@ -74,7 +74,9 @@ def test_only_clean_streams_are_ok(stub: str) -> None:
     assert no_text.ok and no_text.text == "" and no_text.num_output_tokens == 2
     assert no_text.ttft_s is None and no_text.tpot_s is None
     assert clean.ok and clean.text == "ab" and clean.num_output_tokens == 2
-    assert clean.ttft_s is not None and len(clean.itl_s) == 1 and clean.tpot_s is not None
+    assert clean.ttft_s is not None and len(clean.itl_s) == 1
+    assert clean.first_token_s is not None and clean.finish_s is not None
+    assert clean.tpot_s == pytest.approx(clean.finish_s - clean.first_token_s)  # 2 tokens
     assert (cut.status, cut.error) == ("error", "stream cut short")
     assert error.status == "error" and "replica died" in error.error
     assert (empty.status, empty.error) == ("error", "no tokens streamed")

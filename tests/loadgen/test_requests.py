@@ -11,7 +11,7 @@ from nightjar_ray.cli.loadgen import build_requests
 from nightjar_ray.cli.main import build_parser, main
 from nightjar_ray.loadgen.workload import TraceScaling, scale_segment, trace_requests
 from nightjar_ray.workload.trace import read_trace
-from tests.conftest import trace_path
+from tests.support import shared_trace
 
 
 def _csv(path: Path, rows: list[tuple[str, int, int]]) -> Path:
@@ -50,13 +50,10 @@ def test_a_missing_trace_is_a_clear_exit(tmp_path: Path) -> None:
         main(["loadgen", "--trace", str(missing), "--out", str(tmp_path / "out")])
 
 
-@pytest.mark.skipif(
-    not trace_path().exists(), reason="the shared trace is not next to the checkout"
-)
 def test_the_real_trace_replays_a_varying_rate() -> None:
     parser = build_parser()
     args = parser.parse_args([
-        "loadgen", "--trace", str(trace_path()), "--trace-offset-s", "600", "--duration-s",
+        "loadgen", "--trace", str(shared_trace()), "--trace-offset-s", "600", "--duration-s",
         "300", "--trace-speedup", "4", "--trace-sample", "0.02", "--trace-token-scale", "8",
         "--max-input-tokens", "256", "--max-output-tokens", "64",
     ])  # fmt: skip

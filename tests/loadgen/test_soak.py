@@ -20,7 +20,7 @@ from nightjar_ray.loadgen.soak import (
 )
 from nightjar_ray.workload import RequestRecord, RequestSpec
 from nightjar_ray.workload.trace import TRACE_ENV
-from tests.conftest import trace_path
+from tests.support import shared_trace
 
 from .test_client_stream import stub  # noqa: F401  (fixture)
 
@@ -87,9 +87,8 @@ def test_rss_by_kind_finds_this_process_under_its_own_title() -> None:
     assert got["me"] >= psutil.Process().memory_info().rss // 2 and got["none"] == 0
 
 
-@pytest.mark.skipif(not trace_path().exists(), reason="the shared trace is not here")
 def test_soak_requests_span_the_minutes_at_the_mean_rate() -> None:
-    reqs = soak_requests(trace_path(), 30.0, 0.4, 2048)
+    reqs = soak_requests(shared_trace(), 30.0, 0.4, 2048)
     assert 0.85 * 720 < len(reqs) < 1.15 * 720
     assert reqs[-1].arrival_s > 0.97 * 1800 and all(r.arrival_s < 1800 for r in reqs)
     assert max(r.num_output_tokens for r in reqs) <= 96

@@ -57,6 +57,11 @@ def test_percentile_matches_numpys_linear_rule() -> None:
 def test_slo_parsing() -> None:
     assert parse_slos("ttft:500,tpot:100") == {"ttft": 500.0, "tpot": 100.0}
     assert parse_slos(None) == {}
-    for bad in ("ttft", "foo:1", "tpot:x", "e2el:-1"):
-        with pytest.raises(ValueError):
+    for bad, message in (
+        ("ttft", "bad SLO 'ttft'"),
+        ("foo:1", "bad SLO 'foo:1'"),
+        ("tpot:x", "not a number"),
+        ("e2el:-1", "e2el must be > 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
             parse_slos(bad)

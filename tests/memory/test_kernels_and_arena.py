@@ -70,9 +70,9 @@ def test_triton_kernel_matches_the_torch_mover_under_the_interpreter() -> None:
 def test_unknown_mover_and_bad_layouts_are_errors() -> None:
     with pytest.raises(ValueError, match="torch"):
         build_block_mover("cuda-magic")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="page sizes must be > 0"):
         PageLayout((0,), (0,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="contiguous 1-D int8"):
         move_blocks_torch(PageLayout((0,), (8,)), torch.zeros(8, dtype=torch.float32), {1: 0})
 
 
@@ -89,5 +89,5 @@ def test_arena_reservation_costs_nothing_until_pages_are_written() -> None:
     assert torch.count_nonzero(arena.layer_pages(1)[5:10]) == 0  # released pages read zero
     assert torch.all(arena.layer_pages(1)[:5] == 1)
     assert torch.count_nonzero(arena.layer_pages(0)) == 0  # layers do not overlap
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"block range \[10, 300\) outside"):
         arena.release_blocks([0], 10, 300)

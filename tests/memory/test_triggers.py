@@ -57,7 +57,8 @@ def test_no_decision_while_reloading_and_no_contraction_while_resident() -> None
 )
 def test_bad_thresholds_are_errors(kwargs: dict[str, int]) -> None:
     base = {"tau_low_blocks": 1, "num_region_blocks": 1}
-    with pytest.raises(ValueError):
+    (field,) = kwargs
+    with pytest.raises(ValueError, match=field):
         TriggerConfig(**{**base, **kwargs})
 
 
@@ -65,7 +66,7 @@ def test_migration_plan_is_one_to_one_or_none() -> None:
     assert plan_migration([3, 9, 12, 9, 15], [1, 2, 4, 11], 10) == {12: 1, 15: 2}
     assert plan_migration([12, 13, 14], [1, 2], 10) is None
     assert plan_migration([1, 2], [], 10) == {}
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="boundary must be >= 0"):
         plan_migration([], [], -1)
 
 

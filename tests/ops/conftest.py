@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import REPO_ROOT
+
+ROOT = REPO_ROOT
 CHART = ROOT / "k8s" / "nightjar-ray"
 PRESETS = {p.stem: p for p in sorted((ROOT / "k8s" / "presets").glob("*.yaml"))}
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,14 +11,9 @@ from typing import Any
 
 import yaml
 
+from tests.support import free_port, wait_until
+
 from .conftest import tool
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -59,14 +52,12 @@ def prometheus_server(
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         assert proc.poll() is None, "prometheus exited; see prometheus.log"
         try:
             with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
+                return bool(r.status == 200)
         except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError("prometheus did not become ready")
+            return False
+
+    wait_until(ready, 60, 0.5, "prometheus to become ready")

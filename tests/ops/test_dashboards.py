@@ -123,7 +123,7 @@ def grafana() -> Iterator[str]:
     _GrafanaStub.requests = []
     _GrafanaStub.folders = set()
     server = HTTPServer(("127.0.0.1", 0), _GrafanaStub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
@@ -154,5 +154,5 @@ def test_provision_is_idempotent_and_the_cli_works(
 def test_provision_reports_grafana_errors(grafana: str) -> None:
     from grafana_client.client import GrafanaClientError
 
-    with pytest.raises(GrafanaClientError):
+    with pytest.raises(GrafanaClientError, match="404: not found"):
         provision(grafana + "/nope", [build_dashboard()])

@@ -25,9 +25,10 @@ import pytest
 from nightjar_ray.ops.panels import ANNOTATIONS, all_panels, expand
 from nightjar_ray.ops.render import PrometheusClient, Window, render_dashboard
 from nightjar_ray.serve.config import CACHE_ENV
+from tests.support import free_port, wait_until
 
 from .conftest import render
-from .prometheus import free_port, prometheus_server
+from .prometheus import prometheus_server
 
 pytestmark = pytest.mark.engine
 
@@ -65,9 +66,12 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainJobRun]:
             _demo_cmd(metrics_port), capture_output=True, text=True, timeout=900, env=env
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        time.sleep(3)  # the last scrape
+        prom = PrometheusClient(url)
+        # the job's metrics port is closed now: a scrape that finds it down ends the run's
+        # series (instant queries at now come back empty) and bounds the window
+        wait_until(lambda: prom.query("up == 0"), 60, 0.5, "a scrape after the main job exited")
         window = Window(start, time.time(), 2.0)
-        yield MainJobRun(proc.stdout, PrometheusClient(url), window, groups)
+        yield MainJobRun(proc.stdout, prom, window, groups)
 
 
 def test_main_job_reports_all_three_phases(main_job: MainJobRun) -> None:

@@ -82,7 +82,8 @@ def _step(gamma: int, num_prefill_tokens: int, num_reqs: int = 4) -> StepSample:
 
 def _calibrated(rule: ObservationRule) -> ObservationRule:
     for _ in range(5):
-        assert rule.observe(_step(0, 0)) is not None
+        observed = rule.observe(_step(0, 0))  # a pure decode step is learned as it ran
+        assert observed is not None and observed.duration_s == _step(0, 0).duration_s
     for i in range(MIN_PREFILL_SAMPLES):
         rule.observe(_step(0, 500 + 100 * i))
     return rule

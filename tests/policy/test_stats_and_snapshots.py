@@ -142,17 +142,20 @@ def test_bad_snapshots_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "result",
+    ("result", "field"),
     [
-        StepResult(0, 0, 1, 0.1),
-        StepResult(1, 5, 1, 0.1),
-        StepResult(1, 0, 0, 0.1),
-        StepResult(1, 0, 1, 0.0),
-        StepResult(1, 1, 2, 0.1, 1, 2),
+        (StepResult(0, 0, 1, 0.1), "num_reqs"),
+        (StepResult(1, 5, 1, 0.1), "gamma"),
+        (StepResult(1, 0, 0, 0.1), "num_tokens"),
+        (StepResult(1, 0, 1, 0.0), "duration_s"),
+        (StepResult(1, 1, 2, 0.1, 1, 2), "num_accepted_tokens"),
     ],
 )
 @pytest.mark.parametrize("name", policy_names())
-def test_impossible_results_raise_value_error(name: str, result: StepResult) -> None:
+def test_impossible_results_raise_value_error(name: str, result: StepResult, field: str) -> None:
     params = {"gamma": 0} if name == "fixed" else {}
-    with pytest.raises(ValueError):
-        build_policy(name, params, rng=random.Random(0)).observe(result)
+    policy = build_policy(name, params, rng=random.Random(0))
+    if result.gamma > policy.gamma_max:  # outside this policy's range: named first
+        field = "gamma"
+    with pytest.raises(ValueError, match=rf"StepResult\b.*\b{field}\b"):
+        policy.observe(result)

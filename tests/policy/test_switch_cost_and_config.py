@@ -114,9 +114,9 @@ def test_choices_stay_in_range_and_bad_context_raises(name: str) -> None:
     policy = build_policy(name, params, rng=random.Random(0))
     for b in range(1, 200):
         assert 0 <= policy.choose(b, b) <= policy.gamma_max
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="num_reqs"):
         policy.choose(0, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_skip_tokens"):
         policy.choose(1, -1)
 
 

@@ -1,12 +1,11 @@
-"""Shared pieces of the Serve tests: the app config on the tiny generated pair, ports,
-and a small HTTP client. Each module that deploys starts (and stops) its own local Ray
+"""Shared pieces of the Serve tests: the app config on the tiny generated pair and a
+small HTTP client. Each module that deploys starts (and stops) its own local Ray
 cluster; the pair is generated once per session into a temporary cache directory."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,13 +32,6 @@ def nightjar_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ[CACHE_ENV] = old
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 AUTOSCALING = {
     "min_replicas": 1,
     "initial_replicas": 1,
@@ -62,6 +54,9 @@ def app_args(
             "max_model_len": 256,
             "max_num_seqs": 8,
             "max_num_batched_tokens": 64,
+            # eager, as the offline test engines: a replica starts without torch.compile's
+            # ~30 s on 2 cores (the compiled path: the main job in tests/ops, bench-serve)
+            "enforce_eager": True,
         },
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}},

@@ -4,7 +4,9 @@ rejected with the field named, before Ray (and so any replica or actor) is touch
 from __future__ import annotations
 
 import copy
-import time
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,11 @@ import yaml
 from nightjar_ray.cli.demo import demo_app_args
 from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
+from tests.support import REPO_ROOT, wait_until
 
 from .conftest import app_args
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = REPO_ROOT / "deploy"
 
 
 def _apps(name: str) -> list[dict[str, Any]]:
@@ -82,14 +85,38 @@ BAD = [
 def test_bad_configs_fail_naming_the_field_before_ray_starts(
     path: str, value: Any, named: str, tmp_path: Path, nightjar_cache: Path
 ) -> None:
-    import ray
-
     from nightjar_ray.serve import build_app
 
     with pytest.raises(ValueError, match="invalid config") as info:
         build_app(_set(app_args(tmp_path), path, value))
     assert named in str(info.value)
-    assert not ray.is_initialized()
+
+
+REFUSE_ALL = """
+import json, sys
+import ray
+from nightjar_ray.serve import build_app
+for args in json.loads(sys.argv[1]):
+    try:
+        build_app(args)
+    except ValueError:
+        continue
+    raise SystemExit(f"accepted {args}")
+print(json.dumps(ray.is_initialized()))
+"""
+
+
+def test_bad_configs_are_refused_without_initialising_ray(
+    tmp_path: Path, nightjar_cache: Path
+) -> None:
+    """In a fresh interpreter (this one may hold the module's cluster): every bad config
+    is refused and Ray is never initialised."""
+    bad = [_set(app_args(tmp_path), path, value) for path, value, _ in BAD]
+    proc = subprocess.run(
+        [sys.executable, "-c", REFUSE_ALL, json.dumps(bad)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "false"
 
 
 def test_args_must_be_a_mapping() -> None:
@@ -123,8 +150,8 @@ def test_a_generated_pair_is_served_in_its_own_dtype(nightjar_cache: Path) -> No
     assert generated_dtype("org/model") is None and generated_dtype("generated:nope") is None
 
 
-# NOTE: the tests below start a local Ray cluster (building a Serve app needs one); they
-# come after the tests that check nothing started Ray.
+# NOTE: the tests below start a local Ray cluster (building a Serve app needs one); the
+# check that bad configs never start Ray runs in its own interpreter.
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +176,7 @@ def test_gpu_configs_build_serve_apps_with_one_gpu_bundle_per_rank(
     from nightjar_ray.serve.server import NightjarLLMServer
 
     (app,) = _apps(name)
-    assert build_app(app["args"]) is not None
+    build_app(app["args"])  # builds the Serve application (raises on a config it refuses)
     options = NightjarLLMServer.get_deployment_options(parse_app_config(app["args"]).llm_config)
     bundles = options["placement_group_bundles"]
     assert sum(b.get("GPU", 0) for b in bundles) == num_gpus == len(bundles)
@@ -170,12 +197,12 @@ def test_a_bad_config_file_fails_its_serve_deploy_naming_the_field(
     client = _get_global_client()
     assert client is not None
     client.deploy_apps(ServeDeploySchema.model_validate({"applications": [app]}))
-    deadline = time.monotonic() + 120
-    status = serve.status().applications.get(app["name"])
-    while (status is None or status.status != "DEPLOY_FAILED") and time.monotonic() < deadline:
-        time.sleep(0.5)
+
+    def failed() -> Any:
         status = serve.status().applications.get(app["name"])
-    assert status is not None and status.status == "DEPLOY_FAILED"
+        return status if status is not None and status.status == "DEPLOY_FAILED" else None
+
+    status = wait_until(failed, 120, 0.5, f"app {app['name']!r} to reach DEPLOY_FAILED")
     assert "nightjar.pooling.sync_interval_s" in status.message
     assert status.deployments == {}
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]

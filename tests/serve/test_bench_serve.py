@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from tests.support import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -29,7 +29,7 @@ def test_bench_serve_runs_interleaved_rounds_and_writes_the_report(
         sys.executable, "-m", "nightjar_ray.cli.main", "bench-serve", "--pair", "tiny",
         "--contenders", "off,nightjar-elastic,fixed-1", "--max-resident", "2",
         "--scenarios", "low", "--rounds", "2",
-        "--duration-s", "8", "--capacity-rps", "3", "--http-port", str(free_port()),
+        "--duration-s", "5", "--capacity-rps", "3", "--http-port", str(free_port()),
         "--out", str(tmp_path / "out"), "--report", str(report),
     ]  # fmt: skip
     env = {**os.environ, "NIGHTJAR_CACHE_DIR": str(nightjar_cache)}

@@ -3,14 +3,16 @@
 One local Ray cluster and one app for the module (deploying takes minutes on 2 cores):
 OpenAI endpoints, greedy outputs against an offline engine, bad requests, the
 ``nightjar_*`` metrics on Ray's metrics port, autoscaling to two replicas (warm start and
-pooling through the policy actor), and killing the policy actor under load.
+pooling through the policy actor), and killing a replica or the policy actor under load.
+
+Each test sends the traffic it needs and holds in any order: the only step that adds a
+replica is the ``scale_up`` fixture, which the tests that need two replicas ask for.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from nightjar_ray.engine.offline import offline_engine, run_batch
+from nightjar_ray.cli import faults
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.models.pair import generate_pair
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
-from nightjar_ray.serve.context import NAMESPACE
+from tests.reference_engines import ReferenceEngines
+from tests.support import free_port, wait_until
 
-from .conftest import AUTOSCALING, MODEL_ID, app_args, free_port, get, post
+from .conftest import AUTOSCALING, MODEL_ID, app_args, get, post
 
 pytestmark = pytest.mark.engine
 
@@ -47,43 +50,27 @@ class App:
         return post(f"{self.url}/v1/completions", {"temperature": 0.0, **body})
 
 
-def _wait(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _actor() -> Any:
-    import ray
-
-    names = [
-        a["name"]
-        for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == NAMESPACE and a["name"].startswith(f"nightjar-policy.{APP}.")
-    ]
-    assert len(names) == 1, names
-    return ray.get_actor(names[0], namespace=NAMESPACE)
-
-
 def _status() -> dict[str, Any]:
     import ray
 
-    status: dict[str, Any] = ray.get(_actor().status.remote(), timeout=30)
+    status: dict[str, Any] = ray.get(faults.policy_actor(APP).status.remote(), timeout=30)
     return status
 
 
-def _status_or_none() -> dict[str, Any] | None:
-    """The status, or ``None`` while the actor is restarting."""
-    from ray.exceptions import RayError
+def _live_replicas() -> set[str]:
+    """Ids of the replicas running now (the policy actor also lists killed ones)."""
+    return {name.rsplit("#", 1)[-1] for name in faults.llm_replicas(APP)}
 
-    try:
-        return _status()
-    except RayError:
-        return None
+
+def _pooled_status(app: App) -> dict[str, Any]:
+    """The policy actor's status once its pool holds observations (sends requests)."""
+
+    def pooled() -> dict[str, Any] | None:
+        app.completion(PROMPTS[0], 24)
+        status = _status()
+        return status if status["pool_count"] > 0 else None
+
+    return wait_until(pooled, 120, 0.5, "the policy pool to hold observations")
 
 
 def _deploy(snapshot_dir: Path) -> None:
@@ -167,7 +154,9 @@ def test_openai_endpoints_serve_concurrent_streaming_and_plain_requests(app: App
         assert any(c["choices"] and c["choices"][0].get("finish_reason") for c in chunks)
 
 
-def test_greedy_outputs_through_the_endpoint_equal_plain_offline_decoding(app: App) -> None:
+def test_greedy_outputs_through_the_endpoint_equal_plain_offline_decoding(
+    app: App, reference_engines: ReferenceEngines
+) -> None:
     prompts = [[(7 * i + 3 * j) % 1000 + 2 for j in range(5 + 9 * i)] for i in range(4)]
     served = []
     for prompt in prompts:
@@ -177,9 +166,7 @@ def test_greedy_outputs_through_the_endpoint_equal_plain_offline_decoding(app: A
     pair = generate_pair(cache_dir() / "pairs" / "tiny", GENERATED_PAIRS["tiny"])
     engine = app_args(app.snapshot_dir)["engine_kwargs"]
     limits = {k: engine[k] for k in ("max_model_len", "max_num_seqs", "max_num_batched_tokens")}
-    with offline_engine(pair, None, **limits) as llm:
-        reference = run_batch(llm, prompts, 32).token_ids
-    assert served == reference
+    assert served == reference_engines.outputs(pair, prompts, 32, **limits)
 
 
 def test_bad_requests_get_4xx_with_a_message_and_the_replica_keeps_serving(app: App) -> None:
@@ -220,36 +207,68 @@ def _series(samples: list[Any], name: str) -> list[Any]:
     return [s for s in samples if s.name == METRICS_BY_NAME[name].exported_name]
 
 
-def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> None:
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(lambda p: app.completion(p, 24), PROMPTS * 2))
-    report = _wait(
-        lambda: next(iter(_status()["replicas"].values()))["report"], 60, "a replica report"
+def _replica_value(samples: list[Any], name: str, replica: str, **labels: str) -> float:
+    """The sum of one replica's series of ``name`` (over the labels not given)."""
+    return sum(
+        s.value
+        for s in _series(samples, name)
+        if s.labels.get("replica") == replica
+        and all(s.labels.get(k) == v for k, v in labels.items())
     )
 
-    def settled() -> list[Any] | None:  # idle engine: metrics equal the latest report
-        samples = _scrape(app)
-        now = next(iter(_status()["replicas"].values()))["report"]
-        steps = sum(s.value for s in _series(samples, "nightjar_steps"))
-        return samples if steps == now["num_steps"] > report["num_steps"] - 1 else None
 
-    samples = _wait(settled, 90, "nightjar_steps_total to reach the engine's step count")
-    steps = sum(s.value for s in _series(samples, "nightjar_steps"))
-    assert steps > 0
-    decisions = sum(s.value for s in _series(samples, "nightjar_decisions"))
+EXPORTED_REPORT = {
+    "nightjar_steps": "num_steps",
+    "nightjar_observed_steps": "num_observed_steps",
+    "nightjar_goodput_tokens": "observed_tokens",
+}
+"""Counters and the report field each one exports."""
+
+
+def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> None:
+    def num_steps(status: dict[str, Any]) -> int:
+        reports = [status["replicas"].get(r, {}).get("report") for r in _live_replicas()]
+        return sum(report["num_steps"] for report in reports if report)
+
+    steps_before = num_steps(_status())
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda p: app.completion(p, 24), PROMPTS * 2))
+
+    def settled() -> tuple[list[Any], dict[str, Any]] | None:
+        """Idle engines: every running replica's counters equal its latest report, and
+        the reports hold the load's steps."""
+        samples, status = _scrape(app), _status()
+        reports = {r: status["replicas"].get(r, {}).get("report") for r in _live_replicas()}
+        if not all(reports.values()) or num_steps(status) <= steps_before:
+            return None
+        for replica, report in reports.items():
+            for name, key in EXPORTED_REPORT.items():
+                if _replica_value(samples, name, replica) != report[key]:
+                    return None
+        return samples, reports
+
+    samples, reports = wait_until(
+        settled, 90, 0.5, "the nightjar_* counters to reach the replicas' reports"
+    )
+    replica = max(reports, key=lambda r: reports[r]["num_steps"])  # the one that served most
+    steps = _replica_value(samples, "nightjar_steps", replica)
+    decisions = _replica_value(samples, "nightjar_decisions", replica)
     assert 0 < decisions <= steps
-    observed = _series(samples, "nightjar_observed_steps")[0].value
+    observed = _replica_value(samples, "nightjar_observed_steps", replica)
     assert 0 < observed <= steps
-    assert _series(samples, "nightjar_goodput_tokens")[0].value > observed - 1
-    total = _series(samples, "nightjar_kv_blocks")[0].value
-    assert 0 < _series(samples, "nightjar_kv_free_blocks")[0].value <= total
-    assert _series(samples, "nightjar_waiting_requests")[0].value == 0
-    assert _series(samples, "nightjar_draft_resident")[0].value == 1
-    assert _series(samples, "nightjar_policy_sync_age_seconds")[0].value < 30
-    labels = _series(samples, "nightjar_steps")[0].labels
+    # an observed step emits at least one token
+    assert _replica_value(samples, "nightjar_goodput_tokens", replica) >= observed
+    total = _replica_value(samples, "nightjar_kv_blocks", replica)
+    assert 0 < _replica_value(samples, "nightjar_kv_free_blocks", replica) <= total
+    assert _replica_value(samples, "nightjar_waiting_requests", replica) == 0
+    assert _replica_value(samples, "nightjar_draft_resident", replica) == 1
+    assert _replica_value(samples, "nightjar_policy_syncs", replica, result="ok") > 0
+    labels = next(
+        s.labels for s in _series(samples, "nightjar_steps") if s.labels.get("replica") == replica
+    )
     assert labels["model"] == MODEL_ID and labels["deployment"]
     vllm = [s for s in samples if s.name.startswith("ray_vllm_")]
-    assert {s.labels.get("ReplicaId") for s in vllm} >= {labels["replica"]}
+    assert {s.labels.get("ReplicaId") for s in vllm} >= {replica}
     assert any("spec_decode" in s.name for s in vllm)
 
 
@@ -276,9 +295,10 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
     assert all(v > 50 * 2**20 for v in samples[-1].rss_bytes.values()), samples[-1].rss_bytes
     idle_free = before.gauges["ray_nightjar_kv_free_blocks"]
     assert 0 < idle_free <= before.gauges["ray_nightjar_kv_blocks"]
-    _wait(
-        lambda: sampler()[1].get("ray_nightjar_kv_free_blocks") == idle_free or None,
+    wait_until(
+        lambda: sampler()[1].get("ray_nightjar_kv_free_blocks") == idle_free,
         60,
+        0.5,
         "the free KV blocks to return to their idle count",
     )
 
@@ -292,10 +312,41 @@ def _expected_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> floa
     return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
 
 
-def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) -> None:
-    """Autoscaling (more than 8 requests in flight) starts a second replica."""
-    before = _status()
-    assert len(before["replicas"]) == 1 and before["pool_count"] > 0
+@dataclass(frozen=True)
+class ScaleUp:
+    """What the policy actor said along the way from one replica to two."""
+
+    before: dict[str, Any]
+    """One replica, with observations in the pool."""
+    scaled: dict[str, Any]
+    """The second replica has exchanged once (its warm start)."""
+    codes: list[int]
+    """Status codes of the requests that drove the scale-up."""
+    settled: dict[str, Any]
+    """Both replicas observed steps and decide from the pooled table."""
+
+
+def _settled(status: dict[str, Any]) -> bool:
+    """Both replicas observed steps, pushed what they observed and decide from the merged
+    table."""
+    reps = [status["replicas"][r] for r in _live_replicas() if r in status["replicas"]]
+    if len(reps) != 2 or not all(r["report"] and r["report"]["num_observed_steps"] for r in reps):
+        return False
+    fingerprint = status["fingerprint"]
+    return all(
+        r["pushed_count"] == pytest.approx(_expected_count(fingerprint, r["report"]))
+        and r["report"]["policy_count"] == pytest.approx(status["pool_count"])
+        for r in reps
+    )
+
+
+@pytest.fixture(scope="module")
+def scale_up(app: App) -> ScaleUp:
+    """Autoscaling (more than 8 requests in flight) starts a second replica; then both get
+    requests until each observed steps and the pool settled. The module's only step that
+    adds a replica, so it starts from the app's one replica whatever ran before."""
+    before = _pooled_status(app)
+    assert len(_live_replicas()) == 1, before
     stop = threading.Event()
 
     def worker(i: int) -> list[int]:
@@ -306,37 +357,43 @@ def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) 
 
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(worker, i) for i in range(16)]
-        try:
-            status = _wait(
-                lambda: len((s := _status())["replicas"]) == 2 and s, 420, "a second replica"
-            )
+        try:  # the load stops once Serve adds the replica, which then starts on idle cores
+            wait_until(lambda: len(_live_replicas()) == 2, 420, 0.5, "Serve to add a replica")
         finally:
             stop.set()
         codes = [c for f in futures for c in f.result()]
-    assert codes and set(codes) == {200}
-    (new,) = set(status["replicas"]) - set(before["replicas"])
-    assert status["replicas"][new]["warm_start_count"] >= before["pool_count"] > 0
+    scaled = wait_until(
+        lambda: len((s := _status())["replicas"]) == 2 and s,
+        420,
+        0.5,
+        "the second replica's first exchange with the policy actor",
+    )
 
-    def both_observed() -> bool:  # the router may send a short burst to one replica only
+    def burst() -> None:  # the router may send a short burst to one replica only
         with ThreadPoolExecutor(6) as pool:
             list(pool.map(lambda i: app.completion(PROMPTS[i % 3], 24), range(18)))
-        time.sleep(2.0)  # a sync
-        reps = _status()["replicas"].values()
-        return all(r["report"]["num_observed_steps"] > 0 for r in reps)
 
-    _wait(both_observed, 180, "both replicas to observe steps")
+    def settled() -> dict[str, Any] | None:
+        status = _status()
+        if _settled(status):
+            return status
+        reps = [status["replicas"].get(r, {}).get("report") for r in _live_replicas()]
+        if not all(r and r["num_observed_steps"] > 0 for r in reps):
+            burst()
+        return None
 
-    def quiet() -> dict[str, Any] | None:  # both replicas synced twice since the load
-        first = _status()
-        time.sleep(2.0)
-        second = _status()
-        reps = second["replicas"].values()
-        same = first["pool_count"] == second["pool_count"]
-        return second if same and all(r["report"]["policy_count"] for r in reps) else None
+    # the poll interval leaves a sync (0.5 s) between a burst and the next reading
+    status = wait_until(settled, 240, 2.0, "both replicas to observe steps and the pool to settle")
+    return ScaleUp(before, scaled, codes, status)
 
-    status = _wait(quiet, 60, "the pool to settle")
+
+def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(scale_up: ScaleUp) -> None:
+    assert scale_up.codes and set(scale_up.codes) == {200}
+    before, status = scale_up.before, scale_up.settled
+    (new,) = set(scale_up.scaled["replicas"]) - set(before["replicas"])
+    assert scale_up.scaled["replicas"][new]["warm_start_count"] >= before["pool_count"] > 0
     reps = status["replicas"].values()
-    assert all(r["report"]["num_observed_steps"] > 0 for r in reps)
+    assert len(reps) == 2 and all(r["report"]["num_observed_steps"] > 0 for r in reps)
     fingerprint = status["fingerprint"]
     assert status["pool_count"] == pytest.approx(sum(r["pushed_count"] for r in reps))
     expected = sum(_expected_count(fingerprint, r["report"]) for r in reps)
@@ -345,11 +402,10 @@ def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(app: App) 
         assert r["report"]["policy_count"] == pytest.approx(status["pool_count"])
 
 
-def test_killing_one_of_two_replicas_under_load(app: App) -> None:
-    """The chaos scenario: kill one of the two replicas (after the autoscaling test) under
-    open-loop load. Only requests in flight at the kill may fail; Serve replaces the
-    replica; every successful greedy output equals its prompt's reference."""
-    from nightjar_ray.cli import faults
+def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> None:
+    """The chaos scenario: kill one of the two replicas under open-loop load. Only requests
+    in flight at the kill may fail; Serve replaces the replica; every successful greedy
+    output equals its prompt's reference."""
     from nightjar_ray.loadgen.chaos import chaos_requests, reference_texts, run_chaos
 
     assert len(faults.llm_replicas(APP)) == 2
@@ -367,7 +423,7 @@ def test_killing_one_of_two_replicas_under_load(app: App) -> None:
     report, run = run_chaos(
         "replica-kill", app.url, MODEL_ID, requests, references, fault, recovered, 6.0, 420.0
     )
-    assert report.recovery_s is not None, report
+    assert report.recovery_s is not None and recovered(), report
     assert report.num_compared > 0 and report.num_mismatched == 0, report
     for r in run.records:
         if not r.ok:  # sent before the kill (in flight on the killed replica)
@@ -376,9 +432,6 @@ def test_killing_one_of_two_replicas_under_load(app: App) -> None:
 
 
 def test_killing_the_policy_actor_under_load_fails_no_request(app: App) -> None:
-    import ray
-
-    before = _status()
     results: list[tuple[int, Any]] = []
     stop = threading.Event()
 
@@ -389,28 +442,30 @@ def test_killing_the_policy_actor_under_load_fails_no_request(app: App) -> None:
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    time.sleep(4.0)
-    # replicas that exchanged lately (a replica killed by an earlier test stays listed)
-    live = sum(r["last_exchange_s"] > time.time() - 10 for r in _status()["replicas"].values())
-    assert live >= 1
-    ray.kill(_actor(), no_restart=False)
-    killed_at = time.time()
-    after = _wait(
-        lambda: (
-            (s := _status_or_none()) is not None
-            and s["restored"]
-            and sum(r["last_exchange_s"] > killed_at for r in s["replicas"].values()) >= live
-            and s
-        ),
-        120,
-        "the restarted actor to restore its snapshot and every replica to re-sync",
-    )
-    time.sleep(2.0)
-    stop.set()
-    for t in threads:
-        t.join()
-    assert results and all(status == 200 for status, _ in results), results[:3]
-    assert after["pool_count"] >= before["pool_count"]
+    try:
+        before = wait_until(
+            lambda: results and (s := _status())["pool_count"] > 0 and s,
+            120,
+            0.5,
+            "requests to complete and the pool to hold observations",
+        )
+        live = len(_live_replicas())
+        killed_at = faults.kill_policy_actor(APP)
+        wait_until(
+            lambda: faults.policy_actor_recovered(APP, killed_at, live),
+            120,
+            0.5,
+            "the restarted actor to restore its snapshot and every replica to re-sync",
+        )
+        after = _status()
+        num_done = len(results)
+        wait_until(lambda: len(results) >= num_done + 4, 120, 0.5, "requests after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert all(status == 200 for status, _ in results), [r for r in results if r[0] != 200][:3]
+    assert after["restored"] and after["pool_count"] >= before["pool_count"] > 0
 
 
 def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def _capture_knobs(monkeypatch: pytest.MonkeyPatch) -> list[RunKnobs]:
 
     def spy(setting: object, contender: object, wl: object, ds: str, seed: int, knobs: RunKnobs):  # type: ignore[no-untyped-def]
         seen.append(knobs)
-        raise SystemExit(0)
+        raise SystemExit("stopped at the simulation")
 
     monkeypatch.setattr(simulate, "run_contender", spy)
     return seen
@@ -143,7 +143,7 @@ def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch
     """Reclaim is the simulator's default; ``--no-reclaim-draft-kv`` is the paper's offload."""
     seen = _capture_knobs(monkeypatch)
     for flag, expected in (([], True), (["--no-reclaim-draft-kv"], False)):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit, match="stopped at the simulation"):
             main(["simulate", "run", "--num-requests", "5", *flag])
         assert seen[-1].reclaim_draft_kv is expected
     assert ScenarioConfig.model_validate({}).knobs.reclaim_draft_kv
@@ -152,7 +152,7 @@ def test_reclaim_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch
 
 def test_contract_persist_flag_reaches_the_elastic_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _capture_knobs(monkeypatch)
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit, match="stopped at the simulation"):
         main(["simulate", "run", "--num-requests", "5", "--contract-persist-steps", "3"])
     assert elastic_params(get_setting("rtx4090-7b"), seen[-1]).contract_persist_steps == 3
     with pytest.raises(ValidationError, match="contract_persist_steps"):

@@ -75,5 +75,5 @@ def test_random_operations_keep_the_invariant() -> None:
 
 
 def test_bad_pool_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=">= 1 block"):
         BlockPool(0, 16)

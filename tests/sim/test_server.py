@@ -16,8 +16,8 @@ from nightjar_ray.sim.metrics import finish_s, summarize
 from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.workload import RequestSpec
-from tests.conftest import trace_path
 from tests.sim.simhelpers import poisson_workload, server, small_memory_setting
+from tests.support import shared_trace
 
 SETTING = get_setting("rtx4090-7b")
 
@@ -380,10 +380,9 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
     from nightjar_ray.sim.experiments import default_contenders, run_contender
     from nightjar_ray.sim.suite import suite_workload
 
-    if not trace_path().exists():
-        pytest.skip(f"the shared trace is not at {trace_path()}")
+    trace = shared_trace()
     setting = get_setting("l20x2-32b")
-    workload = suite_workload("trace", setting, 2, trace_path=trace_path())
+    workload = suite_workload("trace", setting, 2, trace_path=trace)
     results = {}
     for weight in (None, 0.03):
         params = {} if weight is None else {"switch_cost_weight": weight}

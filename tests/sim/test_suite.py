@@ -15,10 +15,9 @@ from nightjar_ray.sim.suite import (
     suite_workload,
 )
 from nightjar_ray.workload.trace import TRACE_ENV
-from tests.conftest import trace_path
+from tests.support import SHARED_TRACE, shared_trace
 
 SETTING = get_setting("rtx4090-7b")
-TRACE = trace_path()
 
 
 def _rate(workload: tuple, lo_s: float, hi_s: float) -> float:  # type: ignore[type-arg]
@@ -27,9 +26,8 @@ def _rate(workload: tuple, lo_s: float, hi_s: float) -> float:  # type: ignore[t
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) -> None:
-    if name == "trace" and not TRACE.exists():
-        pytest.skip(f"the shared trace is not at {TRACE}")
-    first, again = (suite_workload(name, SETTING, 1, trace_path=TRACE) for _ in range(2))
+    trace = shared_trace() if name == "trace" else SHARED_TRACE
+    first, again = (suite_workload(name, SETTING, 1, trace_path=trace) for _ in range(2))
     assert first == again and len(first) > 100
     assert [r.arrival_s for r in first] == sorted(r.arrival_s for r in first)
     assert all(
@@ -81,10 +79,9 @@ def test_long_output_and_on_off_shapes() -> None:
 
 @pytest.mark.parametrize("name", list(SUITE))
 def test_length_scale_lengthens_each_workload_at_the_same_rates(name: str) -> None:
-    if name == "trace" and not TRACE.exists():
-        pytest.skip(f"the shared trace is not at {TRACE}")
-    short = suite_workload(name, SETTING, 3, trace_path=TRACE)
-    long = suite_workload(name, SETTING, 3, 3, TRACE)
+    trace = shared_trace() if name == "trace" else SHARED_TRACE
+    short = suite_workload(name, SETTING, 3, trace_path=trace)
+    long = suite_workload(name, SETTING, 3, 3, trace)
     assert 2.6 < len(long) / len(short) < 3.4
     span = long[-1].arrival_s / short[-1].arrival_s
     assert 2.6 < span < 3.4  # same rates: three times the requests over three times the time

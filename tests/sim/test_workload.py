@@ -10,7 +10,7 @@ from nightjar_ray.sim.presets import get_setting
 from nightjar_ray.sim.scenario import WorkloadConfig, build_workload
 from nightjar_ray.sim.workload import fit_to_model, rate_timeline, trace_workload
 from nightjar_ray.workload.trace import read_trace
-from tests.conftest import trace_path
+from tests.support import shared_trace
 
 TINY_TRACE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -37,13 +37,10 @@ def test_fit_to_model() -> None:
     assert fit_to_model(10, 9000, 4096) == (10, 2048)
 
 
-@pytest.mark.skipif(
-    not trace_path().exists(), reason="the shared trace is not next to the checkout"
-)
 def test_real_trace_slice_replays_at_the_requested_rate() -> None:
     cfg = WorkloadConfig(
         arrival="trace",
-        trace_path=str(trace_path()),
+        trace_path=str(shared_trace()),
         trace_start_s=1200,
         trace_duration_s=60,
         trace_qps=2.0,

@@ -15,7 +15,7 @@ from nightjar_ray.workload.trace import (
     read_trace,
     resolve_trace,
 )
-from tests.conftest import trace_path
+from tests.support import shared_trace
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
 
@@ -25,11 +25,8 @@ def _write(path: Path, rows: list[str], header: str = HEADER) -> Path:
     return path
 
 
-@pytest.mark.skipif(
-    not trace_path().exists(), reason="the shared trace is not next to the checkout"
-)
 def test_the_real_trace_is_read_whole_sorted_and_exact() -> None:
-    path = trace_path()
+    path = shared_trace()
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     trace = read_trace(path)
