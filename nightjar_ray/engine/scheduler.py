@@ -121,17 +121,7 @@ class NightjarScheduler(Scheduler):
         self.telemetry = EngineTelemetry(
             self.num_spec_tokens, draft_resident=self.num_spec_tokens > 0
         )
-        self.step_driver = StepDriver(
-            cfg.build_policy(),
-            gamma_cap=self.num_spec_tokens,
-            clock=time.perf_counter,
-            count_scheduled=cfg.testing.batch_size_rule == "scheduled",
-            observation_rule=cfg.testing.observation_rule,
-            log_file=_open_log(cfg.decision_log_path),
-            log_interval_steps=cfg.log_interval_steps,
-            telemetry=self.telemetry,
-            draft_cost_ratio=draft_cost_ratio(vllm_config),
-        )
+        self.step_driver = self._build_step_driver(vllm_config)
         self._catch_up_seen = (0.0, 0)
         self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
         # NOTE: the KV gauges exist from start: an idle engine never schedules.
@@ -152,21 +142,36 @@ class NightjarScheduler(Scheduler):
         self.num_preemptions = 0
         """Requests preempted (KV blocks taken back) so far; sent to the workers' stats."""
         self.compaction = self._build_compaction()
-        elastic = cfg.elastic_memory
-        speculates = self.num_spec_tokens > 0
         steps = cfg.testing.chaos_offload_steps
-        self.draft_cycle = DraftCycle(steps) if steps and speculates else None
+        self.draft_cycle = DraftCycle(steps) if steps and self.num_spec_tokens > 0 else None
+        self.memory_controller = self._build_memory_controller()
+
+    def _build_step_driver(self, vllm_config: Any) -> StepDriver:
+        cfg = self.nightjar_config
+        return StepDriver(
+            cfg.build_policy(),
+            gamma_cap=self.num_spec_tokens,
+            clock=time.perf_counter,
+            count_scheduled=cfg.testing.batch_size_rule == "scheduled",
+            observation_rule=cfg.testing.observation_rule,
+            log_file=_open_log(cfg.decision_log_path),
+            log_interval_steps=cfg.log_interval_steps,
+            telemetry=self.telemetry,
+            draft_cost_ratio=draft_cost_ratio(vllm_config),
+        )
+
+    def _build_memory_controller(self) -> ElasticController | None:
+        """The §6.1 controller on vLLM's block pool (elastic memory on, speculating)."""
+        elastic = self.nightjar_config.elastic_memory
+        if not elastic.enabled or self.num_spec_tokens == 0:
+            return None
         block_pool = self.kv_cache_manager.block_pool
-        self.memory_controller = (
-            ElasticController(
-                lambda num_max_blocks: ElasticBlockPool(block_pool, num_max_blocks),
-                block_pool.num_gpu_blocks,
-                controller_params(elastic),
-                self.telemetry,
-                max_num_reqs=self.max_num_running_reqs,
-            )
-            if elastic.enabled and speculates
-            else None
+        return ElasticController(
+            lambda num_max_blocks: ElasticBlockPool(block_pool, num_max_blocks),
+            block_pool.num_gpu_blocks,
+            controller_params(elastic),
+            self.telemetry,
+            max_num_reqs=self.max_num_running_reqs,
         )
 
     def _build_compaction(self) -> CompactionCycle | None:
