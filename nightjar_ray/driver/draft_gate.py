@@ -45,13 +45,21 @@ compute-bound, which a catch-up of a few skipped tokens (memory-bound on a GPU) 
 measure. Drivers consult the gate only for a policy whose ``draft_gate`` is true
 (Nightjar's default; the paper preset and the static baselines are never gated).
 
-vLLM 0.32 runs the drafter over the whole batch with one gamma per step, so the gate
-acts per step: a request that does not pay is spared only in steps where the batch as a
-whole does not pay (at batch size 1, always).
+Two scopes (``NightjarParams.draft_gate_scope``):
+
+- ``request`` (default, :meth:`DraftGate.undrafted`): the same comparison per request,
+  ``remaining_i * (l~[B, 0] - l~[B, gamma]) >= owed_i * r * c``; the draft runs over the
+  requests that pass and the others decode with gamma = 0 in the same step (their lag
+  grows; the catch-up rebuilds it if they pass later, never if they finish first). A
+  request with nothing left to emit after this step is never drafted. The step plays
+  gamma = 0 only when no request passes.
+- ``step`` (:meth:`DraftGate.allows`): the sums, all or nothing; what engines whose
+  drafter cannot run over part of a batch use.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 DEFAULT_DRAFT_COST_RATIO = 0.1
@@ -75,6 +83,7 @@ class DraftGate:
             raise ValueError(f"draft_cost_ratio must be in (0, 1], got {draft_cost_ratio}")
         self.draft_cost_ratio = draft_cost_ratio
         self.num_gated_steps = 0
+        self.num_undrafted_reqs = 0
 
     def allows(
         self,
@@ -106,6 +115,38 @@ class DraftGate:
             return True
         cost = num_owed_tokens * self.draft_cost_ratio * target_prefill_s_per_token
         return True if gain >= cost else self._stop()
+
+    def undrafted(
+        self,
+        gamma: int,
+        estimates: Sequence[float] | None,
+        owed_tokens: Sequence[int],
+        remaining_tokens: Sequence[int],
+        target_prefill_s_per_token: float | None,
+        explored: bool = False,
+        latency_at_zero_s: float | None = None,
+    ) -> frozenset[int]:
+        """Indices of the requests the draft skips in a step that speculates with
+        ``gamma`` (the ``request`` scope of the module docstring). ``owed_tokens`` and
+        ``remaining_tokens``: per request, in one order; the other arguments as for
+        :meth:`allows`. Counts a step it leaves no request in as gated."""
+        if gamma <= 0:
+            return frozenset()
+        saving = _gain(gamma, estimates, 1, explored, latency_at_zero_s)
+        price = None
+        if saving is not None and target_prefill_s_per_token is not None:
+            cost = self.draft_cost_ratio * target_prefill_s_per_token
+            price = cost / saving if saving > 0.0 else math.inf
+        pairs = enumerate(zip(owed_tokens, remaining_tokens, strict=True))
+        out = frozenset(
+            i
+            for i, (owed, remaining) in pairs
+            if remaining <= 0 or (price is not None and owed > 0 and remaining < owed * price)
+        )
+        self.num_undrafted_reqs += len(out)
+        if out and len(out) == len(owed_tokens):
+            self.num_gated_steps += 1
+        return out
 
     def _stop(self) -> bool:
         self.num_gated_steps += 1

@@ -69,6 +69,7 @@ from typing import IO, Any
 
 from nightjar_ray.driver.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
+from nightjar_ray.driver.queue import QueueState, batch_ahead
 from nightjar_ray.metrics.telemetry import EngineTelemetry
 from nightjar_ray.policy import Policy
 
@@ -89,10 +90,22 @@ class StepBatch:
     """L_max: largest draft lag among the step's requests."""
     num_prefill_tokens: int = 0
     """Prompt tokens scheduled for requests that do not decode (prefill chunks)."""
-    num_owed_tokens: int = 0
-    """Tokens the draft would process now beyond the decodes' own: lags + prefill chunks."""
-    num_remaining_tokens: int = 0
-    """Output tokens still to come after this step, summed over the scheduled requests."""
+    owed_tokens: tuple[int, ...] = ()
+    """Per scheduled request (the caller's order): tokens the draft would process for it
+    now beyond its decode, its draft lag + its prefill chunk. Empty where the caller's
+    draft is never skipped (nothing is ever owed; the draft gate does not run)."""
+    remaining_tokens: tuple[int, ...] = ()
+    """Per scheduled request, same order: output tokens still to come after this step."""
+    queue: QueueState | None = None
+    """The waiting queue after this step was scheduled (``driver/queue.py``)."""
+
+    @property
+    def num_owed_tokens(self) -> int:
+        return sum(self.owed_tokens)
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        return sum(self.remaining_tokens)
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,8 @@ class Choice:
     explored: bool = False
     """gamma is an exploration probe (``Policy.last_explored``)."""
     draft_away: bool = False
+    queued: bool = False
+    """gamma came from the queue-aware objective (``Policy.last_queued``)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,10 @@ class StepDecision:
     """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
     gated: bool = False
     """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
+    queued: bool = False
+    """gamma came from the queue-aware objective."""
+    num_undrafted_reqs: int = 0
+    """Scheduled requests the draft skipped in a step that speculated (``request`` scope)."""
 
     @property
     def carries_prefill(self) -> bool:
@@ -176,6 +195,9 @@ class StepDriver:
         self.history: deque[StepDecision] = deque(maxlen=max_history)
         self.gamma_counts: Counter[int] = Counter()
         self.num_observed = 0
+        self.last_undrafted: frozenset[int] = frozenset()
+        """Indices (into the last committed batch's per-request tuples) of the requests
+        the draft skips in that step; empty when it drafts them all or plays gamma 0."""
 
     @property
     def last_gamma(self) -> int:
@@ -191,19 +213,28 @@ class StepDriver:
     def on_schedule(self, batch: StepBatch, start_s: float, draft_away: bool = False) -> int:
         """Gamma for the step just scheduled (``start_s``: when schedule() began). With
         ``draft_away`` (elastic memory offloaded it) gamma is 0, the policy is neither
-        asked nor taught (the step's outcome says nothing about its choice)."""
-        choice = self.choose(self.batch_size(batch), batch.max_skip_tokens, draft_away)
+        asked nor taught (the step's outcome says nothing about its choice). Which
+        requests the draft skips is :attr:`last_undrafted` afterwards."""
+        choice = self.choose(self.batch_size(batch), batch.max_skip_tokens, draft_away, batch.queue)
         return self.commit(batch, choice, start_s)
 
-    def choose(self, num_reqs: int, max_skip_tokens: int, draft_away: bool = False) -> Choice:
-        """The policy's gamma at B = ``num_reqs`` (capped), or, when it is not consulted
-        (B = 0 or the draft away), the last gamma (0 with the draft away)."""
+    def choose(
+        self,
+        num_reqs: int,
+        max_skip_tokens: int,
+        draft_away: bool = False,
+        queue: QueueState | None = None,
+    ) -> Choice:
+        """The policy's gamma at B = ``num_reqs`` (capped), told the batch ``queue`` will
+        produce, or, when it is not consulted (B = 0 or the draft away), the last gamma
+        (0 with the draft away)."""
         if num_reqs < 1 or draft_away:
             return self.not_consulted(draft_away)
+        ahead = batch_ahead(num_reqs, queue)
         with self.policy_lock:
-            gamma = min(self.policy.choose(num_reqs, max_skip_tokens), self._cap)
-            explored = self.policy.last_explored
-        return Choice(gamma, num_reqs, consulted=True, explored=explored)
+            gamma = min(self.policy.choose(num_reqs, max_skip_tokens, ahead), self._cap)
+            explored, queued = self.policy.last_explored, self.policy.last_queued
+        return Choice(gamma, num_reqs, consulted=True, explored=explored, queued=queued)
 
     def not_consulted(self, draft_away: bool = False) -> Choice:
         """A step the policy is not asked about: it keeps the last gamma (0 when away)."""
@@ -211,19 +242,48 @@ class StepDriver:
         return Choice(gamma, 0, consulted=False, draft_away=draft_away)
 
     def commit(self, batch: StepBatch, choice: Choice, start_s: float) -> int:
-        """Gate ``choice`` on the step's batch, record it; returns the gamma it plays."""
+        """Gate ``choice`` on the step's batch, record it; returns the gamma it plays and
+        leaves the requests the draft skips in :attr:`last_undrafted`."""
         gamma, explored = choice.gamma, choice.explored
-        with self.policy_lock:
-            gated = gamma > 0 and not self._gate_allows(batch, gamma, explored)
+        undrafted: frozenset[int] = frozenset()
+        if gamma > 0 and batch.owed_tokens and self.policy.draft_gate:
+            with self.policy_lock:
+                undrafted = self._undrafted(batch, gamma, explored)
+        gated = bool(undrafted) and len(undrafted) == len(batch.owed_tokens)
         if gated:
-            gamma = 0
+            gamma, undrafted = 0, frozenset()
+        self.last_undrafted = undrafted
         num_reqs = choice.num_reqs
         self.telemetry.on_step(
-            gamma, num_reqs, explored=explored, consulted=choice.consulted, gated=gated
+            gamma,
+            num_reqs,
+            explored=explored,
+            consulted=choice.consulted,
+            gated=gated,
+            queued=choice.queued,
+            num_undrafted_reqs=len(undrafted),
+            num_drafted_reqs=batch.num_scheduled_reqs - len(undrafted) if gamma > 0 else 0,
         )
-        decision = StepDecision(
+        self._pending.append(self._decision(batch, choice, gamma, start_s, gated, undrafted))
+        self._step += 1
+        self._prev_gamma = gamma
+        self._prev_explored = explored
+        self._prev_num_reqs = num_reqs
+        self.gamma_counts[gamma] += 1
+        return gamma
+
+    def _decision(
+        self,
+        batch: StepBatch,
+        choice: Choice,
+        gamma: int,
+        start_s: float,
+        gated: bool,
+        undrafted: frozenset[int],
+    ) -> StepDecision:
+        return StepDecision(
             step=self._step,
-            num_reqs=num_reqs,
+            num_reqs=choice.num_reqs,
             num_decode_reqs=batch.num_decode_reqs,
             num_sampling_reqs=batch.num_sampling_reqs,
             num_scheduled_reqs=batch.num_scheduled_reqs,
@@ -235,34 +295,37 @@ class StepDriver:
             start_s=start_s,
             draft_away=choice.draft_away,
             gated=gated,
+            queued=choice.queued,
+            num_undrafted_reqs=len(undrafted),
         )
-        self._pending.append(decision)
-        self._step += 1
-        self._prev_gamma = gamma
-        self._prev_explored = explored
-        self._prev_num_reqs = num_reqs
-        self.gamma_counts[gamma] += 1
-        return gamma
 
-    def _gate_allows(self, batch: StepBatch, gamma: int, explored: bool) -> bool:
-        """The draft gate's verdict on speculating this step (caller holds the lock).
+    def _undrafted(self, batch: StepBatch, gamma: int, explored: bool) -> frozenset[int]:
+        """The draft gate's verdict on this step (caller holds the lock): the requests the
+        draft skips; all of them when the step may not speculate.
 
         The gain is priced at the batch size the step's requests decode in next: those
         that sample now (decodes and last prompt chunks), not the decoding count, so three
         prompts joining one decode are priced at B=4, where a token saves less. A prompt
         with chunks to go is not counted: by the time it decodes the batch has moved on."""
-        if batch.num_owed_tokens <= 0 or not self.policy.draft_gate:
-            return True
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
-        return self.gate.allows(
+        policy, gate = self.policy, self.gate
+        estimates, at_zero = policy.latency_estimates(num_reqs), policy.latency_at_zero_s(num_reqs)
+        c = self.observation.prefill_s_per_token
+        if policy.gates_per_request:
+            return gate.undrafted(
+                gamma, estimates, batch.owed_tokens, batch.remaining_tokens, c, explored, at_zero
+            )
+        if batch.num_owed_tokens <= 0 or gate.allows(
             gamma,
-            self.policy.latency_estimates(num_reqs),
+            estimates,
             batch.num_owed_tokens,
             batch.num_remaining_tokens,
-            self.observation.prefill_s_per_token,
+            c,
             explored=explored,
-            latency_at_zero_s=self.policy.latency_at_zero_s(num_reqs),
-        )
+            latency_at_zero_s=at_zero,
+        ):
+            return frozenset()
+        return frozenset(range(len(batch.owed_tokens)))
 
     @property
     def sd_disabled(self) -> bool:

@@ -38,6 +38,7 @@ from nightjar_ray.driver.draft_gate import (
     approx_num_params,
     remaining_after_step,
 )
+from nightjar_ray.driver.queue import QueueState
 from nightjar_ray.driver.step_driver import StepBatch, StepDriver
 from nightjar_ray.engine.args import START_HOOK_KEY
 from nightjar_ray.engine.block_pool import ElasticBlockPool
@@ -259,7 +260,9 @@ class NightjarScheduler(Scheduler):
             self.draft_lag.end_step(starts, draft_ran=gamma > 0)
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
-        num_decode = num_sampling = num_prefill_tokens = num_owed = num_remaining = 0
+        num_decode = num_sampling = num_prefill_tokens = 0
+        owed: list[int] = []
+        remaining: list[int] = []
         spec = out.scheduled_spec_decode_tokens
         for req_id, num_new in out.num_scheduled_tokens.items():
             request = self.requests[req_id]
@@ -271,16 +274,28 @@ class NightjarScheduler(Scheduler):
             num_decode += decodes
             num_prefill_tokens += 0 if decodes else num_new
             if self._gates:
-                num_owed += self.draft_lag.lag_tokens(req_id, start) + (0 if decodes else num_new)
-                num_remaining += remaining_after_step(request.max_tokens, request.num_output_tokens)
+                owed.append(self.draft_lag.lag_tokens(req_id, start) + (0 if decodes else num_new))
+                remaining.append(
+                    remaining_after_step(request.max_tokens, request.num_output_tokens)
+                )
         return StepBatch(
             num_decode_reqs=num_decode,
             num_sampling_reqs=num_sampling,
             num_scheduled_reqs=len(out.num_scheduled_tokens),
             max_skip_tokens=self.draft_lag.max_lag_tokens(starts),
             num_prefill_tokens=num_prefill_tokens,
-            num_owed_tokens=num_owed,
-            num_remaining_tokens=num_remaining,
+            owed_tokens=tuple(owed),
+            remaining_tokens=tuple(remaining),
+            queue=self._queue_state(),
+        )
+
+    def _queue_state(self) -> QueueState:
+        pool = self.kv_cache_manager.block_pool
+        return QueueState(
+            num_waiting_reqs=len(self.waiting),
+            max_num_reqs=self.max_num_running_reqs,
+            num_free_blocks=pool.get_num_free_blocks(),
+            num_total_blocks=pool.num_gpu_blocks - 1,
         )
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:

@@ -44,8 +44,20 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "nightjar_decisions",
         "counter",
-        "Policy decisions, by mode (explore/exploit; gated: the draft gate ran gamma 0).",
+        "Policy decisions, by mode (explore/exploit; queue: the queue-aware objective, "
+        "requests waiting; gated: the draft gate ran gamma 0).",
         ("mode",),
+    ),
+    MetricSpec(
+        "nightjar_drafted_requests",
+        "counter",
+        "Request-steps the draft ran over, in steps that speculated (eligible requests).",
+    ),
+    MetricSpec(
+        "nightjar_undrafted_requests",
+        "counter",
+        "Request-steps the draft skipped in steps that speculated (ineligible requests: "
+        "their speculation would not earn back the draft work they owe).",
     ),
     MetricSpec("nightjar_observed_steps", "counter", "Steps the policy learned from."),
     MetricSpec("nightjar_goodput_tokens", "counter", "Tokens emitted by observed steps."),

@@ -100,6 +100,8 @@ class RayMetricsExporter:
             ("nightjar_goodput_tokens", "observed_tokens"),
             ("nightjar_goodput_seconds", "observed_seconds"),
             ("nightjar_switches", "num_switches"),
+            ("nightjar_drafted_requests", "num_drafted_reqs"),
+            ("nightjar_undrafted_requests", "num_undrafted_reqs"),
             ("nightjar_catch_up_seconds", "catch_up_seconds"),
             ("nightjar_catch_up_tokens", "catch_up_tokens"),
         ):

@@ -22,7 +22,8 @@ from typing import Any
 MEMORY_EVENT_KINDS = ("offload", "reload", "expand", "contract")
 """Elastic-memory events (the memory controller reports them; Serve exports them)."""
 
-DECISION_MODES = ("explore", "exploit", "gated")
+DECISION_MODES = ("explore", "exploit", "queue", "gated")
+"""``queue``: the queue-aware objective chose gamma (requests were waiting)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class TelemetryReading:
     observed_tokens: int
     observed_seconds: float
     num_switches: int
+    num_drafted_reqs: int
+    """Request-steps the draft ran over (steps that speculated)."""
+    num_undrafted_reqs: int
+    """Request-steps the draft skipped in steps that speculated (per-request gate)."""
     catch_up_seconds: float
     catch_up_tokens: int
     last_gamma: int
@@ -79,6 +84,8 @@ class EngineTelemetry:
         self.observed_tokens = 0
         self.observed_seconds = 0.0
         self.num_switches = 0
+        self.num_drafted_reqs = 0
+        self.num_undrafted_reqs = 0
         self.catch_up_seconds = 0.0
         self.catch_up_tokens = 0
         self.last_gamma = 0
@@ -88,16 +95,30 @@ class EngineTelemetry:
         self.memory_events = {kind: [0, 0.0] for kind in MEMORY_EVENT_KINDS}
 
     def on_step(
-        self, gamma: int, num_reqs: int, *, explored: bool, consulted: bool, gated: bool = False
+        self,
+        gamma: int,
+        num_reqs: int,
+        *,
+        explored: bool,
+        consulted: bool,
+        gated: bool = False,
+        queued: bool = False,
+        num_drafted_reqs: int = 0,
+        num_undrafted_reqs: int = 0,
     ) -> None:
         """One scheduled step ran with ``gamma`` (a switch if it resumes speculation);
-        ``gated``: the draft gate overrode the policy's gamma with 0."""
+        ``gated``: the draft gate overrode the policy's gamma with 0; ``queued``: the
+        queue-aware objective chose it; the draft ran over ``num_drafted_reqs`` of the
+        step's requests and skipped ``num_undrafted_reqs``."""
         self.num_switches += self.last_gamma == 0 and gamma > 0
         self.steps_by_gamma[gamma] += 1
         if gated:
             self.decisions_by_mode["gated"] += 1
         elif consulted:
-            self.decisions_by_mode["explore" if explored else "exploit"] += 1
+            mode = "explore" if explored else "queue" if queued else "exploit"
+            self.decisions_by_mode[mode] += 1
+        self.num_drafted_reqs += num_drafted_reqs
+        self.num_undrafted_reqs += num_undrafted_reqs
         self.last_gamma = gamma
         self.last_num_reqs = num_reqs
 
@@ -135,6 +156,8 @@ class EngineTelemetry:
             observed_tokens=self.observed_tokens,
             observed_seconds=self.observed_seconds,
             num_switches=self.num_switches,
+            num_drafted_reqs=self.num_drafted_reqs,
+            num_undrafted_reqs=self.num_undrafted_reqs,
             catch_up_seconds=self.catch_up_seconds,
             catch_up_tokens=self.catch_up_tokens,
             last_gamma=self.last_gamma,

@@ -102,8 +102,27 @@ SPECULATION = Row(
             "Policy decisions",
             (Target(_sum_rate("ray_nightjar_decisions_total", "mode"), "{{mode}}"),),
             "short",
-            "Decisions per second: exploring arms versus exploiting the best one.",
+            "Decisions per second: exploring arms, exploiting the best one at the current "
+            "batch, the queue-aware objective (requests waiting), or gated by the draft gate.",
             stacked=True,
+        ),
+        Panel(
+            "Draft eligibility",
+            (
+                Target(
+                    f"{_sum_rate('ray_nightjar_drafted_requests_total', 'replica')} / "
+                    f"{_sum_rate('ray_nightjar_steps_total', 'replica')}",
+                    "eligible {{replica}}",
+                ),
+                Target(
+                    f"{_sum_rate('ray_nightjar_undrafted_requests_total', 'replica')} / "
+                    f"{_sum_rate('ray_nightjar_steps_total', 'replica')}",
+                    "ineligible {{replica}}",
+                ),
+            ),
+            "short",
+            "Requests per step the draft ran over (eligible) and skipped (ineligible: their "
+            "speculation would not earn back the draft prefill or catch-up they owe).",
         ),
         Panel(
             "Draft acceptance rate",

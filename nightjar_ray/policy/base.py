@@ -107,11 +107,18 @@ class Policy(ABC):
     def gamma_max(self) -> int:
         """Largest gamma this policy may return."""
 
+    last_queued: bool = False
+    """Whether the latest ``choose`` played the queue-aware objective (requests were
+    waiting; read by the engine's decision metrics)."""
+
     @abstractmethod
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         """Return gamma in ``[0, gamma_max]`` for a step with batch size
         ``num_reqs`` (B >= 1) whose requests lag the draft by at most
-        ``max_skip_tokens`` tokens (L_max)."""
+        ``max_skip_tokens`` tokens (L_max). ``num_reqs_ahead``: the batch size the
+        waiting queue will produce (> ``num_reqs`` only while requests wait; ``None``:
+        nothing waits or the caller does not know); policies without a queue-aware
+        objective ignore it."""
 
     @abstractmethod
     def observe(self, result: StepResult) -> None:
@@ -121,6 +128,12 @@ class Policy(ABC):
     def draft_gate(self) -> bool:
         """Whether drivers run this policy's steps through the draft gate
         (``driver/draft_gate.py``); off unless a policy opts in."""
+        return False
+
+    @property
+    def gates_per_request(self) -> bool:
+        """Whether the draft gate picks requests (not whole steps) for this policy's
+        steps, where the engine's drafter can run over part of a batch."""
         return False
 
     def latency_estimates(self, num_reqs: int) -> Sequence[float] | None:

@@ -94,7 +94,7 @@ class DsdPolicy(Policy):
             weighted += count * mean
         return weighted / total if total > 0 else 0.0
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         self._num_chosen += 1
         if self._num_chosen <= self._warmup_steps:

@@ -62,7 +62,7 @@ class Exp3SpecPolicy(Policy):
         total = sum(weights)
         return [w / total for w in weights]
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         probs = self.probabilities()
         gamma = self._rng.choices(range(len(probs)), weights=probs)[0]

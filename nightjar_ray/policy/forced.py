@@ -36,7 +36,7 @@ class ForcedSchedulePolicy(_StatelessPolicy):
         self._steps = steps_per_gamma
         self._t = 0
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         gamma = self._gammas[(self._t // self._steps) % len(self._gammas)]
         self._t += 1

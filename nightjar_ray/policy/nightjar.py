@@ -52,8 +52,22 @@ this key's own samples replace it arm by arm::
 
 ``draft_gate`` (beyond the paper, the default) exposes the ranked row through
 ``latency_estimates`` so the driver's draft gate (``driver/draft_gate.py``) can run
-gamma = 0 in a step whose speculation cannot pay for the draft work it owes; the
-bandit's schedule is not touched by it.
+gamma = 0 in a step whose speculation cannot pay for the draft work it owes
+(``draft_gate_scope="request"``, the default: the draft runs only over the requests it
+pays for); the bandit's schedule is not touched by it.
+
+``queue_aware`` (beyond the paper, the default). While requests wait, mean E2E is set by
+how fast outstanding work drains at the batch size the queue will produce, B' (the
+driver's ``batch_ahead``: B plus the waiting requests, capped by seats and KV). Draining R
+outstanding tokens at gamma takes about ``R * l~[B', gamma]`` plus the switch cost, so
+every step with B' in a larger key than B plays Eq. (4) over the row of key(B') (or of
+the largest larger key that ranks every arm; none: the bin's arm stands). The bins keep
+counting at key(B), and an exploration bin that starts while requests wait is deferred
+(it exploits; a probe under way ends): exploration is paid for by waiting users. With
+nothing waiting this is Algorithm 1 with Eq. (4) at B::
+
+    W = 0:  gamma = bin arm at key(B)                 (explore w.p. 1/b, else Eq. 4)
+    W > 0:  gamma = argmin_g l~[key(B'), g] + switch penalty    (decision mode "queue")
 
 NOTE: the schedule counters advance in ``choose`` (when the arm is played),
 the estimates in ``observe``. In a sequential loop this is Algorithm 1
@@ -137,6 +151,7 @@ class NightjarPolicy(Policy):
         self._share = config.share_across_keys
         self._min_tokens = config.min_arm_tokens_per_req
         self._gate = config.draft_gate
+        self._queue_aware = config.queue_aware
         self._complete_keys: set[int] = set()
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
@@ -144,12 +159,13 @@ class NightjarPolicy(Policy):
         self.bin_listener: BinListener | None = None
         self.num_explore_bins = 0
         self.num_exploit_bins = 0
+        self.num_deferred_explore_bins = 0
 
     @property
     def gamma_max(self) -> int:
         return self._gamma_max
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         if num_reqs < 1 or max_skip_tokens < 0:
             raise ValueError(
                 f"need num_reqs >= 1 and max_skip_tokens >= 0, got {num_reqs}, {max_skip_tokens}"
@@ -158,19 +174,33 @@ class NightjarPolicy(Policy):
         sched = self._schedules.get(key)
         if sched is None:
             sched = self._schedules[key] = _KeySchedule()
+        queued = self._queue_aware and num_reqs_ahead is not None and num_reqs_ahead > num_reqs
         if sched.tau == 1:
-            sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens)
-        elif sched.exploring and self._probe_done(sched):
+            sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens, queued)
+        elif sched.exploring and (queued or self._probe_done(sched)):
             sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
         gamma = sched.arm
+        ahead = None
+        if queued:
+            assert num_reqs_ahead is not None
+            ahead = self._exploit_ahead(key, num_reqs, num_reqs_ahead, max_skip_tokens)
+        self.last_queued = ahead is not None
+        if ahead is not None:
+            gamma = ahead
         self.last_explored = sched.exploring
         sched.advance()
         self._prev_gamma = gamma
         return gamma
 
-    def _start_bin(self, key: int, sched: _KeySchedule, num_reqs: int, skip: int) -> int:
-        """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4)."""
+    def _start_bin(
+        self, key: int, sched: _KeySchedule, num_reqs: int, skip: int, queued: bool
+    ) -> int:
+        """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4). While
+        requests wait (``queued``) an exploration bin is deferred: it exploits."""
         explore = self._rng.random() < 1.0 / sched.b
+        if explore and queued:
+            self.num_deferred_explore_bins += 1
+            explore = False
         sched.exploring = explore
         if explore:
             self.num_explore_bins += 1
@@ -181,6 +211,23 @@ class NightjarPolicy(Policy):
         if self.bin_listener is not None:
             self.bin_listener(key, sched.j, sched.b, explore, gamma)
         return gamma
+
+    def _exploit_ahead(
+        self, key: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
+    ) -> int | None:
+        """Eq. (4) at the batch size the queue will produce: over the row of its key, or
+        of the largest key between this one and it that ranks every arm; ``None`` when
+        no such key is larger than this one (the bin's own arm stands)."""
+        key_ahead = self._key(num_reqs_ahead)
+        if key_ahead <= key:
+            return None
+        means = self._ranked(key_ahead)
+        if means is None:
+            known = [k for k in self._complete_keys if key < k <= key_ahead]
+            if not known:
+                return None
+            means = self._means(max(known))
+        return self._eq4(means, num_reqs, max_skip_tokens)
 
     def _probe_done(self, sched: _KeySchedule) -> bool:
         """An exploration bin has played its probe for ``explore_bin_steps`` steps."""
@@ -208,6 +255,10 @@ class NightjarPolicy(Policy):
         means = self._ranked(key)
         if means is None:
             return self._first_unsettled(key)
+        return self._eq4(means, num_reqs, max_skip_tokens)
+
+    def _eq4(self, means: list[float], num_reqs: int, max_skip_tokens: int) -> int:
+        """argmin over gamma of ``means[gamma]`` plus the switch penalty of Eq. (4)."""
         penalty = 0.0
         if self._prev_gamma == 0 and self._weight > 0.0:
             penalty = self._weight * self._switch_cost.cost_s_at(max_skip_tokens, num_reqs)
@@ -221,6 +272,10 @@ class NightjarPolicy(Policy):
     @property
     def draft_gate(self) -> bool:
         return self._gate
+
+    @property
+    def gates_per_request(self) -> bool:
+        return self._gate and self.config.draft_gate_scope == "request"
 
     def latency_estimates(self, num_reqs: int) -> list[float] | None:
         """The row Eq. (4) ranks for ``num_reqs`` (``None``: the key cannot rank every

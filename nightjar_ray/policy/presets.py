@@ -28,6 +28,7 @@ from nightjar_ray.policy.config import PolicyConfig
 Bucketing = Literal["exact", "pow2"]
 LatencyEstimator = Literal["step-mean", "token-weighted", "factored"]
 Exploration = Literal["uniform", "local"]
+DraftGateScope = Literal["request", "step"]
 
 
 class NightjarParams(PolicyConfig):
@@ -109,6 +110,23 @@ class NightjarParams(PolicyConfig):
             "owes (new prompts' draft prefill, catch-up of skipped tokens)."
         ),
     )
+    draft_gate_scope: DraftGateScope = Field(
+        "request",
+        description=(
+            "What the draft gate decides: 'request' = which requests the draft runs over "
+            "this step (the others decode with gamma 0 while the rest speculate); 'step' = "
+            "whether the whole step speculates. Engines whose drafter cannot run over part "
+            "of a batch use 'step'."
+        ),
+    )
+    queue_aware: bool = Field(
+        True,
+        description=(
+            "While requests wait, play Eq. 4 at the batch size the queue will produce "
+            "(the gamma that drains outstanding work fastest) every step, and defer "
+            "exploration bins until the queue is empty."
+        ),
+    )
     price_draft_memory: bool = Field(
         True,
         description=(
@@ -139,6 +157,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "share_across_keys": False,
         "min_arm_tokens_per_req": 0.0,
         "draft_gate": False,
+        "queue_aware": False,
         "price_draft_memory": False,
     },
 }

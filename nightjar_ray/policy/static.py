@@ -40,7 +40,7 @@ class FixedPolicy(_StatelessPolicy):
         super().__init__(config.gamma_max)
         self._gamma = config.gamma
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         return self._gamma
 
@@ -53,7 +53,7 @@ class OffPolicy(_StatelessPolicy):
     def __init__(self, config: OffPolicyConfig) -> None:
         super().__init__(config.gamma_max)
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         return 0
 
@@ -78,7 +78,7 @@ class VllmStaticPolicy(_StatelessPolicy):
             for lo, hi, k in config.num_speculative_tokens_per_batch_size
         ]
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         gamma = self._table[0][2]
         for lo, _hi, k in self._table:

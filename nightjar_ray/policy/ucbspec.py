@@ -47,7 +47,7 @@ class UcbSpecPolicy(Policy):
     def gamma_max(self) -> int:
         return self._gamma_max
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         validate_context(num_reqs, max_skip_tokens)
         num_arms = self._gamma_max + 1
         self._num_chosen += 1

@@ -30,6 +30,7 @@ from typing import Literal
 
 from nightjar_ray.driver.draft_gate import remaining_after_step
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+from nightjar_ray.driver.queue import QueueState
 from nightjar_ray.driver.step_driver import Choice, StepBatch, StepDriver
 from nightjar_ray.memory.triggers import draft_outvalued
 from nightjar_ray.policy.base import Policy
@@ -168,8 +169,17 @@ class SimServer:
 
     def _choose(self, num_reqs: int, max_skip_tokens: int) -> int:
         """The scheduler's callback: the step driver's choice (kept for :meth:`_commit`)."""
-        self._choice = self.driver.choose(num_reqs, max_skip_tokens, not self._draft_available())
+        away = not self._draft_available()
+        self._choice = self.driver.choose(num_reqs, max_skip_tokens, away, self._queue_state())
         return self._choice.gamma
+
+    def _queue_state(self) -> QueueState:
+        return QueueState(
+            num_waiting_reqs=len(self.scheduler.waiting),
+            max_num_reqs=self.setting.max_num_seqs,
+            num_free_blocks=self.pool.num_free_blocks,
+            num_total_blocks=self.pool.num_blocks,
+        )
 
     def _step(self) -> None:
         self._choice = None
@@ -178,16 +188,17 @@ class SimServer:
             # NOTE: every running request is a prefill that found no blocks; free some.
             self.scheduler.preempt(self.scheduler.running[-1])
             return
-        step, draft_runs = self._commit(step)
-        cost = self.cost.cost(step, draft_runs)
+        step, draft_runs, undrafted = self._commit(step)
+        cost = self.cost.cost(step, draft_runs, undrafted)
         self.now_s += cost.total_s
         self.catchup_s += cost.catchup_s
-        num_tokens, num_accepted = self._apply(step, draft_runs)
+        num_tokens, num_accepted = self._apply(step, draft_runs, undrafted)
         self.num_steps += 1
         num_first_tokens = sum(not r.is_prefilling for r, _ in step.prefills)
+        num_drafted = sum(r not in undrafted for r in step.decodes)
         self.driver.on_output(
             num_tokens + num_first_tokens,
-            len(step.decodes) * step.gamma,
+            num_drafted * step.gamma,
             num_accepted,
             duration_s=cost.total_s,
         )
@@ -232,9 +243,10 @@ class SimServer:
             return self.driver.last_gamma == 0
         return self.driver.sd_disabled
 
-    def _commit(self, step: ScheduledStep) -> tuple[ScheduledStep, bool]:
-        """Hand the step to the driver (the draft gate may play gamma 0); returns the step
-        as it runs and whether the draft takes part (always, in ``sync`` mode)."""
+    def _commit(self, step: ScheduledStep) -> tuple[ScheduledStep, bool, frozenset[SimRequest]]:
+        """Hand the step to the driver (the draft gate may play gamma 0 or skip requests);
+        returns the step as it runs, whether the draft takes part (always, in ``sync``
+        mode) and the requests it skips."""
         available = self._draft_available()
         choice = self._choice or self.driver.not_consulted(draft_away=not available)
         if choice.consulted and choice.num_reqs != len(step.decodes):
@@ -243,7 +255,9 @@ class SimServer:
         gamma = self.driver.commit(self._step_batch(step), choice, self.now_s)
         if step.decodes and gamma != step.gamma:
             step = replace(step, gamma=gamma)
-        return step, available and (self.options.draft_when_off == "sync" or gamma > 0)
+        reqs = [*step.decodes, *(r for r, _ in step.prefills)]
+        undrafted = frozenset(reqs[i] for i in self.driver.last_undrafted)
+        return step, available and (self.options.draft_when_off == "sync" or gamma > 0), undrafted
 
     def _step_batch(self, step: ScheduledStep) -> StepBatch:
         """The step in the driver's terms, as the engine's scheduler reduces its own."""
@@ -256,28 +270,33 @@ class SimServer:
             num_scheduled_reqs=len(chunks),
             max_skip_tokens=max((r.draft_lag for r in step.decodes), default=0),
             num_prefill_tokens=sum(chunk for _, chunk in step.prefills),
-            num_owed_tokens=sum(r.draft_lag + c for r, c in chunks) if drafts_skipped else 0,
-            num_remaining_tokens=sum(
+            owed_tokens=tuple(r.draft_lag + c for r, c in chunks) if drafts_skipped else (),
+            remaining_tokens=tuple(
                 remaining_after_step(r.spec.num_output_tokens, r.num_generated) for r, _ in chunks
-            ),
+            )
+            if drafts_skipped
+            else (),
         )
 
-    def _apply(self, step: ScheduledStep, draft_runs: bool) -> tuple[int, int]:
+    def _apply(
+        self, step: ScheduledStep, draft_runs: bool, undrafted: frozenset[SimRequest]
+    ) -> tuple[int, int]:
         """Emit tokens; returns (decode tokens emitted, draft tokens accepted)."""
         gamma, num_tokens, num_accepted = step.gamma, 0, 0
         for req in step.decodes:
-            accepted = req.acceptance.accepted(gamma) if gamma else 0
+            drafted = draft_runs and req not in undrafted
+            accepted = req.acceptance.accepted(gamma) if gamma and drafted else 0
             emitted = min(1 + accepted, req.num_remaining_output)
             num_accepted += accepted
             num_tokens += emitted
             req.num_computed += emitted
             req.num_generated += emitted
-            req.draft_lag = 0 if draft_runs else req.draft_lag + 1
+            req.draft_lag = 0 if drafted else req.draft_lag + 1
             if req.num_remaining_output == 0:
                 self._finish(req)
         for req, chunk in step.prefills:
             req.num_computed += chunk
-            req.draft_lag = 0 if draft_runs else req.draft_lag + chunk
+            req.draft_lag = 0 if draft_runs and req not in undrafted else req.draft_lag + chunk
             if not req.is_prefilling:
                 req.num_generated += 1
                 if req.first_token_s is None:

@@ -26,7 +26,7 @@ class Recorder:
         self.chosen: list[tuple[int, int]] = []
         self.observed: list[StepResult] = []
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         self.chosen.append((num_reqs, max_skip_tokens))
         return self.policy.choose(num_reqs, max_skip_tokens)
 
@@ -41,6 +41,10 @@ class Recorder:
     @property
     def last_explored(self) -> bool:
         return self.policy.last_explored
+
+    @property
+    def last_queued(self) -> bool:
+        return self.policy.last_queued
 
 
 def make(
@@ -207,8 +211,10 @@ class Scripted:
     def __init__(self, script: list[tuple[int, bool]]) -> None:
         self.script = iter(script)
         self.last_explored = False
+        self.last_queued = False
+        self.gates_per_request = False
 
-    def choose(self, num_reqs: int, max_skip_tokens: int) -> int:
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
         gamma, self.last_explored = next(self.script)
         return gamma
 
@@ -253,23 +259,28 @@ def test_draft_gate_runs_zero_when_the_step_cannot_pay() -> None:
     stepper = StepDriver(  # type: ignore[arg-type]
         Estimating(script), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
-    long_prompt = StepBatch(0, 1, 1, 0, 1000, num_owed_tokens=1000, num_remaining_tokens=10)
+    long_prompt = StepBatch(0, 1, 1, 0, 1000, owed_tokens=(1000,), remaining_tokens=(10,))
     # before the target's prefill is priced only "nothing left to gain" stops speculation
     assert stepper.on_schedule(long_prompt, 0.0) == 3
-    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=0), 0.0) == 0
+    assert stepper.on_schedule(replace(long_prompt, remaining_tokens=(0,)), 0.0) == 0
     price_target_prefill(stepper.observation, s_per_token=1e-3)
     # gain 10 * 4 ms = 40 ms < cost 1000 * 0.1 * 1 ms = 100 ms: gamma 0, and it says so
     assert stepper.on_schedule(long_prompt, 0.0) == 0
     # 30 tokens to come: 120 ms gain pays for the draft's prefill
-    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=30), 0.0) == 3
+    assert stepper.on_schedule(replace(long_prompt, remaining_tokens=(30,)), 0.0) == 3
     # an exploration probe is judged by its best case, every draft accepted:
     # 20 tokens * 10 ms * 3/4 = 150 ms pays (the estimate's 80 ms would not) ...
-    assert stepper.on_schedule(replace(long_prompt, num_remaining_tokens=20), 0.0) == 3
+    assert stepper.on_schedule(replace(long_prompt, remaining_tokens=(20,)), 0.0) == 3
     # ... 10 tokens * 10 ms * 3/4 = 75 ms cannot
     assert stepper.on_schedule(long_prompt, 0.0) == 0
     gated = [d.gated for d in stepper._pending]
     assert gated == [False, True, True, False, False, True]
-    assert stepper.telemetry.read().decisions_by_mode == {"explore": 1, "exploit": 2, "gated": 3}
+    assert stepper.telemetry.read().decisions_by_mode == {
+        "explore": 1,
+        "exploit": 2,
+        "queue": 0,
+        "gated": 3,
+    }
     assert stepper.summary()["gated_steps"] == 3
 
 
@@ -285,11 +296,11 @@ def test_draft_gate_judges_a_key_still_learning_by_the_best_case() -> None:
         StillLearning([(2, False)] * 2), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
     )
     price_target_prefill(stepper.observation, s_per_token=1e-3)
-    owed = StepBatch(4, 4, 4, 0, 0, num_owed_tokens=1000, num_remaining_tokens=10)
+    owed = StepBatch(4, 4, 4, 0, 0, owed_tokens=(1000,), remaining_tokens=(10,))
     # cost 100 ms; at best 10 tokens * 10 ms * 2/3 = 67 ms: gamma 0
     assert stepper.on_schedule(owed, 0.0) == 0
     # 20 tokens: at best 133 ms, so the arm may be tried
-    assert stepper.on_schedule(replace(owed, num_remaining_tokens=20), 0.0) == 2
+    assert stepper.on_schedule(replace(owed, remaining_tokens=(20,)), 0.0) == 2
 
 
 class BatchAware(Estimating):
@@ -308,7 +319,7 @@ def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
     price_target_prefill(stepper.observation, s_per_token=1e-3)
     # one request decodes while three prompts (300 tokens, 30 ms of draft work) join it;
     # 40 tokens to come: at B=1 prices they would save 160 ms, at B=4 4 ms
-    joining = StepBatch(1, 4, 4, 0, 300, num_owed_tokens=300, num_remaining_tokens=40)
+    joining = StepBatch(1, 4, 4, 0, 300, owed_tokens=(300,), remaining_tokens=(40,))
     assert stepper.on_schedule(joining, 0.0) == 0
     # prompts with chunks still to go decode later, in whatever batch there is then: the
     # gain is priced at the one request decoding now, and the same work is worth drafting

@@ -22,6 +22,8 @@ DEFAULTS = {
     "share_across_keys": False,
     "min_arm_tokens_per_req": 1.0,
     "draft_gate": True,
+    "draft_gate_scope": "request",
+    "queue_aware": True,
     "price_draft_memory": True,
 }
 PAPER = {
@@ -33,6 +35,7 @@ PAPER = {
     "explore_bin_steps": None,
     "min_arm_tokens_per_req": 0.0,
     "draft_gate": False,
+    "queue_aware": False,
     "price_draft_memory": False,
 }
 
