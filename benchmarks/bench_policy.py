@@ -2,6 +2,9 @@
 
     python benchmarks/bench_policy.py [--steps 200000] [--max-batch 64] [--policies nightjar off]
 
+``nightjar (queued)`` is nightjar with requests waiting at every step (the queue-aware
+objective on: Eq. 4 over the row of the batch the queue will produce, 2B).
+
 Each step is timed on its own with ``perf_counter_ns``, next to a plain dict
 lookup timed the same way in the same run (the timer's own cost is in both).
 The step includes building the ``StepResult``, as the engine does.
@@ -44,13 +47,13 @@ def time_dict_lookup(batches: list[int]) -> list[int]:
     return out
 
 
-def time_policy(name: str, batches: list[int], seed: int) -> list[int]:
+def time_policy(name: str, batches: list[int], seed: int, queued: bool = False) -> list[int]:
     policy = build_policy(name, {}, rng=random.Random(seed))
     clock = time.perf_counter_ns
     out = []
     for b in batches:
         t0 = clock()
-        gamma = policy.choose(b, 0)
+        gamma = policy.choose(b, 0, 2 * b if queued else None)
         policy.observe(StepResult(b, gamma, b + gamma, 0.01 + 0.001 * gamma, b * gamma, 0))
         out.append(clock() - t0)
     return out
@@ -60,7 +63,7 @@ def summarize(label: str, samples: list[int], base_median: float | None) -> str:
     s = sorted(samples)
     med, p99 = percentile(s, 0.5), percentile(s, 0.99)
     ratio = f"{med / base_median:6.1f}x" if base_median else "      -"
-    return f"{label:<12} {med / 1e3:8.3f} {p99 / 1e3:8.3f} {statistics.fmean(s) / 1e3:8.3f} {ratio}"
+    return f"{label:<18} {med / 1e3:8.3f} {p99 / 1e3:8.3f} {statistics.fmean(s) / 1e3:8.3f} {ratio}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,11 +73,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         base = sorted(time_dict_lookup(batches))
         print(f"{args.steps} steps, batch sizes uniform in 1..{args.max_batch}")
-        print(f"{'what':<12} {'med_us':>8} {'p99_us':>8} {'mean_us':>8} {'med/dict':>7}")
+        print(f"{'what':<18} {'med_us':>8} {'p99_us':>8} {'mean_us':>8} {'med/dict':>7}")
         print(summarize("dict lookup", base, None))
         for name in dict.fromkeys(args.policies):
             samples = time_policy(name, batches, args.seed)
             print(summarize(name, samples, percentile(base, 0.5)))
+            if name == "nightjar":
+                samples = time_policy(name, batches, args.seed, queued=True)
+                print(summarize("nightjar (queued)", samples, percentile(base, 0.5)))
     finally:
         gc.enable()
     return 0

@@ -18,6 +18,9 @@ name               generator
                    capacity
 ``on-off``         ShareGPT lengths, alternating 60 s at 0.3x capacity and 60 s at 1.5x,
                    three cycles
+``mixed``          per request, a fair coin: ``prefill-heavy``'s lengths or
+                   ``long-output``'s, so long-prompt/short-output and short-prompt/
+                   long-output requests share batches; Poisson at 0.5x capacity
 =================  ==========================================================================
 
 *Capacity* is what plain decoding (``off``, no draft loaded) completes per second on that
@@ -26,7 +29,8 @@ workload's lengths when all of ``CAPACITY_PROBE_REQUESTS`` requests arrive at on
 Prompts longer than a model's context are truncated to fit (``fit_to_model``; the 13B
 model has a 4k context, so its prefill-heavy prompts are capped near 4k).
 
-Lengths: ``SUITE_REQUESTS`` requests (half that for ``prefill-heavy`` and ``long-output``),
+Lengths: ``SUITE_REQUESTS`` requests (half that for ``prefill-heavy``, ``long-output`` and
+``mixed``),
 the trace's first ``TRACE_WINDOW_S``, three on-off cycles; ``length_scale`` (``simulate
 suite --length-scale``) multiplies each at the same rates, to tell a policy's cost of
 learning (paid once per run) from what it loses for good.
@@ -80,10 +84,18 @@ def _long_output(rng: random.Random) -> tuple[int, int]:
     return prompt, rng.randint(500, 2000)
 
 
+def _mixed(rng: random.Random) -> tuple[int, int]:
+    """Half long-prompt/short-output requests (``prefill-heavy``'s), half short-prompt/
+    long-output ones (``long-output``'s), drawn independently per request, so both
+    kinds share batches."""
+    return _prefill_heavy(rng) if rng.random() < 0.5 else _long_output(rng)
+
+
 SHAREGPT = LengthMix("sharegpt", _sharegpt)
 PREFILL_HEAVY = LengthMix("prefill-heavy", _prefill_heavy)
 LONG_OUTPUT = LengthMix("long-output", _long_output)
-MIXES = {m.name: m for m in (SHAREGPT, PREFILL_HEAVY, LONG_OUTPUT)}
+MIXED = LengthMix("mixed", _mixed)
+MIXES = {m.name: m for m in (SHAREGPT, PREFILL_HEAVY, LONG_OUTPUT, MIXED)}
 
 
 def arrivals(
@@ -201,6 +213,13 @@ def _on_off(
     return arrivals([(0.3 * cap, 60.0), (1.5 * cap, 60.0)] * 3 * scale, SHAREGPT, setting, seed)
 
 
+def _mixed_load(
+    setting: Setting, seed: int, scale: int, trace_path: Path | None
+) -> tuple[RequestSpec, ...]:
+    rate = 0.5 * capacity_qps(setting, MIXED)
+    return poisson(rate, MIXED, setting, seed, SUITE_REQUESTS // 2 * scale)
+
+
 SuiteGenerator = Callable[[Setting, int, int, Path | None], tuple[RequestSpec, ...]]
 """(setting, seed, length scale, trace CSV or None) -> the workload."""
 
@@ -212,6 +231,7 @@ SUITE: dict[str, SuiteGenerator] = {
     "prefill-heavy": _prefill_heavy_burst,
     "long-output": _long_output_load,
     "on-off": _on_off,
+    "mixed": _mixed_load,
 }
 
 

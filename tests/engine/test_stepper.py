@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from nightjar_ray.driver.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
+from nightjar_ray.driver.queue import QueueState
 from nightjar_ray.driver.step_driver import StepBatch, StepDriver
 from nightjar_ray.policy import ForcedSchedulePolicy, Policy, StepResult, build_policy
 
@@ -335,3 +336,55 @@ def test_draft_value_is_the_policy_gain_at_the_last_scheduled_batch() -> None:
     stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
     gain, num_reqs = stepper.draft_value()
     assert num_reqs == 4 and gain == pytest.approx(2.0)
+
+
+class PerRequest(Estimating):
+    """Opts into the request-scope gate."""
+
+    def __init__(self, script: list[tuple[int, bool]]) -> None:
+        super().__init__(script)
+        self.gates_per_request = True
+
+
+def test_request_scope_gate_skips_requests_not_steps() -> None:
+    stepper = StepDriver(  # type: ignore[arg-type]
+        PerRequest([(3, False)] * 3), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
+    )
+    price_target_prefill(stepper.observation, s_per_token=1e-3)
+    # two decodes in sync and a prompt owing 1000 tokens (100 ms) with 10 to come (40 ms)
+    batch = StepBatch(2, 3, 3, 0, 1000, owed_tokens=(0, 0, 1000), remaining_tokens=(50, 50, 10))
+    assert stepper.on_schedule(batch, 0.0) == 3
+    assert stepper.last_undrafted == frozenset({2})
+    # the prompt alone: nobody to draft, the step runs gamma 0 (gated)
+    alone = StepBatch(0, 1, 1, 0, 1000, owed_tokens=(1000,), remaining_tokens=(10,))
+    assert stepper.on_schedule(alone, 0.0) == 0
+    assert stepper.last_undrafted == frozenset()
+    # 30 tokens to come pay for the draft's prefill: every request is drafted
+    assert stepper.on_schedule(replace(batch, remaining_tokens=(50, 50, 30)), 0.0) == 3
+    assert stepper.last_undrafted == frozenset()
+    reading = stepper.telemetry.read()
+    assert (reading.num_drafted_reqs, reading.num_undrafted_reqs) == (2 + 3, 1)
+    assert [d.num_undrafted_reqs for d in stepper._pending] == [1, 0, 0]
+    assert reading.decisions_by_mode["gated"] == 1
+
+
+class Queued(Scripted):
+    """Reports every choice as the queue-aware objective's."""
+
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
+        self.seen_ahead = num_reqs_ahead
+        self.last_queued = num_reqs_ahead is not None
+        return super().choose(num_reqs, max_skip_tokens, num_reqs_ahead)
+
+
+def test_the_driver_tells_the_policy_the_batch_the_queue_will_produce() -> None:
+    policy = Queued([(1, False)] * 2)
+    stepper = StepDriver(policy, gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
+    queue = QueueState(num_waiting_reqs=6, max_num_reqs=8, num_free_blocks=50, num_total_blocks=100)
+    stepper.on_schedule(StepBatch(4, 4, 4, 0, queue=queue), 0.0)
+    assert policy.seen_ahead == 8  # 4 + 6 waiting, 8 seats (KV holds 8 at 4 per 50 blocks)
+    stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
+    assert policy.seen_ahead is None
+    modes = stepper.telemetry.read().decisions_by_mode
+    assert (modes["queue"], modes["exploit"]) == (1, 1)
+    assert [d.queued for d in stepper._pending] == [True, False]

@@ -127,3 +127,33 @@ def test_nightjar_opts_in_and_exposes_its_ranked_row() -> None:
     paper = build_policy("nightjar-paper", {"gamma_max": 2}, rng=random.Random(0))
     fixed = build_policy("fixed", {"gamma": 2, "gamma_max": 2}, rng=random.Random(0))
     assert not paper.draft_gate and not fixed.draft_gate
+
+
+def test_request_scope_skips_exactly_the_requests_that_cannot_pay() -> None:
+    gate = DraftGate(0.1)
+    # gamma 2 saves 4 ms a token; a request owing 1000 tokens costs 100 ms of draft work
+    owed = (0, 1000, 1000, 0, 500)
+    remaining = (5, 10, 25, 0, 10)
+    # 1: 40 ms < 100 ms; 2: 100 ms pays; 3: nothing left to emit; 4: 40 ms < 50 ms
+    assert gate.undrafted(2, ESTIMATES, owed, remaining, PRICE) == frozenset({1, 3, 4})
+    assert gate.num_undrafted_reqs == 3 and gate.num_gated_steps == 0
+    # a request that owes nothing is drafted whatever it saves
+    assert gate.undrafted(2, ESTIMATES, (0,), (1,), PRICE) == frozenset()
+    # no request pays: the step counts as gated
+    assert gate.undrafted(2, ESTIMATES, (1000, 0), (10, 0), PRICE) == frozenset({0, 1})
+    assert gate.num_gated_steps == 1
+
+
+def test_request_scope_before_anything_is_learned_skips_only_finished_requests() -> None:
+    gate = DraftGate(0.1)
+    assert gate.undrafted(2, ESTIMATES, (1000, 9), (10, 0), None) == frozenset({1})
+    assert gate.undrafted(2, None, (1000, 9), (10, 0), PRICE) == frozenset({1})
+    assert gate.undrafted(0, ESTIMATES, (1000,), (10,), PRICE) == frozenset()
+
+
+def test_request_scope_skips_every_owing_request_when_gamma_saves_nothing() -> None:
+    """A gamma chosen for another batch size (the queue-aware objective) may lose at this
+    one: then no owed work is worth paying, but requests in sync still speculate."""
+    worse = [0.006, 0.008, 0.010]
+    gate = DraftGate(0.1)
+    assert gate.undrafted(2, worse, (0, 1, 1000), (100, 10_000, 10_000), PRICE) == {1, 2}

@@ -401,3 +401,25 @@ def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
     assert expand_s[0.03] < 0.5 * end_s < expand_s[None]
     thr = {w: summarize(r).throughput_tokens_per_s for w, r in results.items()}
     assert thr[None] > 1.03 * thr[0.03]
+
+
+def test_request_scope_skips_the_long_prompts_in_batches_that_speculate() -> None:
+    """Long-prompt/3-token requests share batches with 400-token ones: the step gate
+    lets them ride along (the batch as a whole pays), the request gate leaves their
+    prompts out of the draft while the others speculate, and pays less draft work."""
+    setting = get_setting("rtx4090-7b")
+    wl = [RequestSpec(i, i * 0.25, 3000 if i % 2 else 50, 3 if i % 2 else 400) for i in range(200)]
+    runs = {}
+    for scope in ("request", "step"):
+        srv = server(setting, "nightjar", {"draft_gate_scope": scope}, draft_when_off="skip")
+        result = srv.run(wl)
+        e2e = sum(r.finish_s - r.arrival_s for r in result.records) / len(result.records)
+        speculating = sum(s.gamma > 0 for s in result.timeline)
+        runs[scope] = (srv.driver.gate.num_undrafted_reqs, srv.catchup_s, e2e, speculating)
+    (skipped, catch_up, e2e, speculating), (skipped_step, catch_up_step, e2e_step, _) = (
+        runs["request"],
+        runs["step"],
+    )
+    assert skipped > 50 and skipped_step == 0 and speculating > 400
+    assert catch_up < 0.9 * catch_up_step
+    assert e2e <= e2e_step
