@@ -81,6 +81,15 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="Output lengths uniform in [this, --max-tokens] (default: all --max-tokens).",
     )
+    p.add_argument(
+        "--mixed",
+        action="store_true",
+        help=(
+            "Per request, a fair coin: a long prompt (upper half of the prompt range) with a "
+            "short output (--max-tokens-min), or a short prompt (--prompt-tokens) with a long "
+            "output (--max-tokens); both kinds share every batch."
+        ),
+    )
     p.add_argument("--rounds", type=int, default=4, help="Measured rounds (median).")
     p.add_argument(
         "--min-requests",
@@ -162,10 +171,15 @@ def request_mix(n: int, args: argparse.Namespace, seed: int) -> tuple[list[list[
 
     rng = random.Random(seed)
     lo, hi = args.prompt_tokens, args.prompt_tokens_max or args.prompt_tokens
+    out_lo = args.max_tokens_min or args.max_tokens
+    if args.mixed:
+        kinds = [rng.random() < 0.5 for _ in range(n)]
+        lengths = [rng.randint((lo + hi) // 2, hi) if k else lo for k in kinds]
+        prompts = [random_prompts(1, m, 2048, seed * 100_003 + i)[0] for i, m in enumerate(lengths)]
+        return prompts, [out_lo if k else args.max_tokens for k in kinds]
     prompts = [
         random_prompts(1, rng.randint(lo, hi), 2048, seed * 100_003 + i)[0] for i in range(n)
     ]
-    out_lo = args.max_tokens_min or args.max_tokens
     return prompts, [rng.randint(out_lo, args.max_tokens) for _ in range(n)]
 
 

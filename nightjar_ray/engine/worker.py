@@ -17,6 +17,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.v1.worker.gpu_worker import Worker
 
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.cpu_kernels import register_cpu_kernel_fixes
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.messages import WorkerReport, attach_worker_report, read_step_message
@@ -106,6 +107,8 @@ class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
 
     def load_model(self, *args: Any, **kwargs: Any) -> Any:
         self._capture_prepacked_draft()
+        # NOTE: after vLLM's CPU platform registered its kernel overrides.
+        register_cpu_kernel_fixes()
         return super().load_model(*args, **kwargs)
 
     def compile_or_warm_up_model(self) -> Any:
