@@ -62,9 +62,11 @@ driver's ``batch_ahead``: B plus the waiting requests, capped by seats and KV). 
 outstanding tokens at gamma takes about ``R * l~[B', gamma]`` plus the switch cost, so
 every step with B' in a larger key than B plays Eq. (4) over the row of key(B') (or of
 the largest larger key that ranks every arm; none: the bin's arm stands). The bins keep
-counting at key(B), and an exploration bin that starts while requests wait is deferred
-(it exploits; a probe under way ends): exploration is paid for by waiting users. With
-nothing waiting this is Algorithm 1 with Eq. (4) at B::
+counting at key(B). Exploration is paid for by the waiting requests, so an exploration
+bin that starts while requests wait probes only down: the exploited arm or the one below
+(a shorter step), never a longer one; it still probes, since the largest keys exist only
+under queueing and would otherwise keep their first estimates. With nothing waiting this
+is Algorithm 1 with Eq. (4) at B::
 
     W = 0:  gamma = bin arm at key(B)                 (explore w.p. 1/b, else Eq. 4)
     W > 0:  gamma = argmin_g l~[key(B'), g] + switch penalty    (decision mode "queue")
@@ -159,7 +161,7 @@ class NightjarPolicy(Policy):
         self.bin_listener: BinListener | None = None
         self.num_explore_bins = 0
         self.num_exploit_bins = 0
-        self.num_deferred_explore_bins = 0
+        self.num_queued_explore_bins = 0
 
     @property
     def gamma_max(self) -> int:
@@ -177,11 +179,11 @@ class NightjarPolicy(Policy):
         queued = self._queue_aware and num_reqs_ahead is not None and num_reqs_ahead > num_reqs
         if sched.tau == 1:
             sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens, queued)
-        elif sched.exploring and (queued or self._probe_done(sched)):
+        elif sched.exploring and self._probe_done(sched):
             sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
         gamma = sched.arm
         ahead = None
-        if queued:
+        if queued and not sched.exploring:
             assert num_reqs_ahead is not None
             ahead = self._exploit_ahead(key, num_reqs, num_reqs_ahead, max_skip_tokens)
         self.last_queued = ahead is not None
@@ -196,15 +198,13 @@ class NightjarPolicy(Policy):
         self, key: int, sched: _KeySchedule, num_reqs: int, skip: int, queued: bool
     ) -> int:
         """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4). While
-        requests wait (``queued``) an exploration bin is deferred: it exploits."""
+        requests wait (``queued``) a probe only looks down (:meth:`_explore_arm`)."""
         explore = self._rng.random() < 1.0 / sched.b
-        if explore and queued:
-            self.num_deferred_explore_bins += 1
-            explore = False
         sched.exploring = explore
         if explore:
             self.num_explore_bins += 1
-            gamma = self._explore_arm(key, num_reqs, skip)
+            self.num_queued_explore_bins += queued
+            gamma = self._explore_arm(key, num_reqs, skip, queued)
         else:
             self.num_exploit_bins += 1
             gamma = self.exploit(key, num_reqs, skip)
@@ -241,13 +241,17 @@ class NightjarPolicy(Policy):
             self.bin_listener(key, sched.j, sched.b, False, gamma)
         return gamma
 
-    def _explore_arm(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:
+    def _explore_arm(
+        self, key: int, num_reqs: int, max_skip_tokens: int, queued: bool = False
+    ) -> int:
         """Line 11: a uniform arm; ``local`` draws from the exploited arm +-1 instead once
-        every arm of ``key`` has a sample (before that, probes stay uniform)."""
+        every arm of ``key`` has a sample (before that, probes stay uniform). While
+        requests wait, a probe of a key that ranks its arms draws from the exploited arm
+        and the one below: a shorter step, whose time the waiting requests pay less."""
         lo, hi = 0, self._gamma_max
-        if self._local and self._ranked(key) is not None:
+        if (self._local or queued) and self._ranked(key) is not None:
             best = self.exploit(key, num_reqs, max_skip_tokens)
-            lo, hi = max(0, best - 1), min(self._gamma_max, best + 1)
+            lo, hi = max(0, best - 1), best if queued else min(self._gamma_max, best + 1)
         return self._rng.randint(lo, hi)
 
     def exploit(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:

@@ -44,33 +44,55 @@ def test_waiting_requests_switch_the_objective_to_the_batch_ahead() -> None:
     alone = [policy.choose(4, 0) for _ in range(40)]
     assert policy.exploit(4, 4, 0) == 2 and alone.count(2) > 30
     assert not policy.last_queued
-    explore_bins = policy.num_explore_bins
-    queued = [policy.choose(4, 0, num_reqs_ahead=24) for _ in range(200)]
-    # key(24) = 32 ranks gamma 0 first: every step plays it, none explores
-    assert queued == [0] * 200 and policy.last_queued and not policy.last_explored
-    assert policy.num_explore_bins == explore_bins and policy.num_deferred_explore_bins > 0
+    plays = []
+    for _ in range(400):
+        gamma = policy.choose(4, 0, num_reqs_ahead=24)
+        plays.append((gamma, policy.last_queued, policy.last_explored))
+    # key(24) = 32 ranks gamma 0 first: every step not probing plays it ...
+    assert all(g == 0 for g, queued, _ in plays if queued)
+    assert sum(queued for _, queued, _ in plays) > 350
+    # ... and probes never look up from key 4's exploited gamma 2
+    probes = [g for g, _, explored in plays if explored]
+    assert probes and set(probes) <= {1, 2}
+    assert policy.num_queued_explore_bins > 0
 
 
 def test_an_unranked_key_ahead_borrows_the_largest_ranked_key_between() -> None:
     policy = taught()
     # key 128 has no samples; key 32 is the largest ranked key in (key 4, key 128]
-    assert [policy.choose(4, 0, num_reqs_ahead=100) for _ in range(20)] == [0] * 20
-    assert policy.last_queued
+    plays = []
+    for _ in range(40):
+        gamma = policy.choose(4, 0, num_reqs_ahead=100)
+        if not policy.last_explored:
+            plays.append((gamma, policy.last_queued))
+    assert plays and plays == [(0, True)] * len(plays)
     # nothing ranked above key 4: the bin's own arm stands, not the queue objective
     lone = taught(keys=(4,))
     lone.choose(4, 0, num_reqs_ahead=100)
     assert not lone.last_queued
 
 
-def test_a_probe_under_way_ends_when_requests_start_waiting() -> None:
-    policy = taught({"explore_bin_steps": None})
-    for _ in range(500):
-        policy.choose(4, 0)
-        if policy.last_explored:
-            break
-    assert policy.last_explored
-    assert policy.choose(4, 0, num_reqs_ahead=24) == 0
-    assert not policy.last_explored
+def test_probes_while_requests_wait_only_look_down() -> None:
+    """Key 4 exploits gamma 1 here; with nothing ranked above it the bin's arm stands, so
+    only the probes differ: +-1 when nothing waits, 0 or 1 while requests wait."""
+    rows = {4: (0.010, 0.008, 0.009)}
+
+    def probes(num_reqs_ahead: int | None) -> set[int]:
+        policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(1))
+        assert isinstance(policy, NightjarPolicy)
+        for gamma, s_per_token in enumerate(rows[4]):
+            tokens = 4 * (1 + gamma)
+            for _ in range(4):
+                policy.observe(StepResult(4, gamma, tokens, tokens * s_per_token))
+        seen = set()
+        for _ in range(3000):
+            gamma = policy.choose(4, 0, num_reqs_ahead)
+            if policy.last_explored:
+                seen.add(gamma)
+        return seen
+
+    assert probes(None) == {0, 1, 2}
+    assert probes(100) == {0, 1}
 
 
 @pytest.mark.parametrize("preset", ["nightjar-paper"])
