@@ -136,7 +136,7 @@ class DraftSync:
                 if spans:
                     catch_up_s = self._timed_catch_up(spans, args[1], args[6])
             result = self._stock_propose(scheduler_output, *args, **kwargs)
-        self._lag.end_step(starts, draft_ran=not self._skips(k))
+        self._lag.end_step(starts, () if self._skips(k) else starts)
         self.stats.record(
             DraftStepRecord(
                 num_spec_tokens=k,

@@ -257,7 +257,7 @@ class NightjarScheduler(Scheduler):
         )
         out.num_spec_tokens_to_schedule = gamma
         if self._tracks_lag:
-            self.draft_lag.end_step(starts, draft_ran=gamma > 0)
+            self.draft_lag.end_step(starts, starts if gamma > 0 else ())
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
         num_decode = num_sampling = num_prefill_tokens = 0
