@@ -109,35 +109,34 @@ def propose_for(
     zeros. ``step_args``: ``propose_draft_token_ids``' arguments after the scheduler
     output (sampled token ids, sampling metadata, ..., common attention metadata)."""
     sampled, sampling_metadata, cad = step_args[0], step_args[1], step_args[6]
-    drafter, batch = runner.drafter, runner.input_batch
+    drafter, batch, device = runner.drafter, runner.input_batch, runner.device
     next_ids, valid_counts = drafter.prepare_next_token_ids_padded(
         sampled, runner.requests, batch, runner.discard_request_mask.gpu
     )
     runner._copy_valid_sampled_token_count(next_ids, valid_counts)
     k = scheduler_output.num_spec_tokens_to_schedule
-    out = torch.zeros((batch.num_reqs, k), dtype=torch.int64, device=runner.device)
+    out = torch.zeros((batch.num_reqs, k), dtype=torch.int64, device=device)
     if not starts:
         return out
-    rows = [batch.req_id_to_index[req_id] for req_id in starts]
-    rows_t = torch.tensor(rows, device=runner.device)
-    lens = _valid_query_lens(scheduler_output, list(starts), valid_counts[rows_t].tolist())
+    rows = torch.tensor([batch.req_id_to_index[req_id] for req_id in starts], device=device)
+    lens = _valid_query_lens(scheduler_output, list(starts), valid_counts[rows].tolist())
     spans = [(start, start + n) for start, n in zip(starts.values(), lens, strict=True)]
     common, positions = span_attention_metadata(
-        cad.block_table_tensor, rows, spans, drafter.block_size, runner.device
+        cad.block_table_tensor, rows.tolist(), spans, drafter.block_size, device
     )
-    offsets = cad.query_start_loc_cpu[rows_t.cpu()].tolist()
+    offsets = cad.query_start_loc_cpu[rows.cpu()].tolist()
     index = torch.cat([torch.arange(o, o + n) for o, n in zip(offsets, lens, strict=True)])
     drafts = drafter.propose(
         num_speculative_tokens=k,
-        target_token_ids=runner.input_ids.gpu[index.to(runner.device)],
+        target_token_ids=runner.input_ids.gpu[index.to(device)],
         target_positions=positions,
-        target_hidden_states=torch.empty(0, device=runner.device),
-        next_token_ids=next_ids[rows_t],
+        target_hidden_states=torch.empty(0, device=device),
+        next_token_ids=next_ids[rows],
         token_indices_to_sample=None,
         common_attn_metadata=common,
-        sampling_metadata=_rows_of(sampling_metadata, rows_t),
+        sampling_metadata=_rows_of(sampling_metadata, rows),
     )
-    out[rows_t] = drafts.to(out.dtype)
+    out[rows] = drafts.to(out.dtype)
     _keep_draft_probs(runner, list(starts))
     return out
 
