@@ -224,6 +224,11 @@ class NightjarConfig(BaseModel):
                 f"elastic_memory.enabled and testing.{chaos[0]} drive the same memory; "
                 "set one of them"
             )
+        if testing.forced_undrafted_cycle is not None and self.draft_sync != "catch-up":
+            raise ValueError(
+                "testing.forced_undrafted_cycle needs draft_sync='catch-up' (got "
+                f"{self.draft_sync!r}): undrafted requests are caught up later"
+            )
         if testing.skip_catch_up and self.draft_sync != "catch-up":
             raise ValueError(
                 "testing.skip_catch_up needs draft_sync='catch-up' (got 'stock', which runs "

@@ -8,16 +8,23 @@ runs the drafter after sampling)::
       K = scheduler_output.num_spec_tokens_to_schedule
       K == 0, mode != "stock"  -> no draft forward at all; requests go stale
       K > 0,  mode "catch-up"  -> draft-only forward over each stale span
-                                  [stale_from, start)   (= C_switch)
-                                  then vLLM's own propose (first pass over
-                                  the step's tokens + K-1 decode passes)
+                                  [stale_from, start) of a drafted request
+                                  (= C_switch), then the proposal:
+        no request undrafted   -> vLLM's own propose (first pass over the
+                                  step's tokens + K-1 decode passes)
+        some undrafted         -> the same passes over the drafted requests
+                                  only (``draft_batch.propose_for``); the
+                                  undrafted ones go stale
       otherwise                -> vLLM's own propose
 
+The scheduler names the undrafted requests of a step (per-request draft
+eligibility) in its ``StepMessage``; it gives them no drafts to verify next step.
+
 The catch-up reuses vLLM's proposer with ``num_speculative_tokens=0`` on a
-hand-built batch whose queries are the missed spans: that is exactly the
-first pass vLLM itself runs to keep the drafter in sync, so KV layout, slot
-mapping and attention metadata are vLLM's. Spans longer than the drafter's
-token buffer are split and run in position order.
+hand-built batch whose queries are the missed spans (``draft_batch.py``): that
+is exactly the first pass vLLM itself runs to keep the drafter in sync, so KV
+layout, slot mapping and attention metadata are vLLM's. Spans longer than the
+drafter's token buffer are split and run in position order.
 
 Only the ``draft_model`` method has a draft KV cache that can be caught up
 from tokens alone (EAGLE needs target hidden states of the skipped tokens,
@@ -32,10 +39,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from nightjar_ray.engine.config import DraftSyncMode
+from nightjar_ray.engine.draft_batch import catch_up_forward, propose_for
 from nightjar_ray.engine.lag import CatchUpSpan, DraftLagTracker
+from nightjar_ray.engine.messages import read_step_message
 
 TRUE_SKIP_METHODS = ("draft_model", "ngram")
 """Methods where gamma=0 runs no draft forward (ngram has no model at all)."""
@@ -55,6 +63,8 @@ class DraftStepRecord:
     num_catch_up_reqs: int
     num_catch_up_tokens: int
     catch_up_s: float
+    num_undrafted_reqs: int = 0
+    """Requests of the step the draft skipped while it ran over the others."""
 
 
 @dataclass
@@ -67,12 +77,18 @@ class DraftSyncStats:
     num_catch_ups: int = 0
     num_catch_up_tokens: int = 0
     catch_up_s: float = 0.0
+    num_partial_steps: int = 0
+    """Steps whose draft ran over part of the batch (some requests undrafted)."""
+    num_draft_kv_slots: dict[str, int] = field(default_factory=dict)
+    """Per req_id, the draft KV slots draft forwards wrote for it (catch-up, proposal
+    and decode passes); kept only with ``testing.count_draft_slots``."""
     steps: list[DraftStepRecord] = field(default_factory=list)
     max_steps_kept: int = 100_000
 
     def record(self, step: DraftStepRecord) -> None:
         self.num_steps += 1
         self.num_skipped_steps += step.num_spec_tokens == 0
+        self.num_partial_steps += step.num_undrafted_reqs > 0
         self.num_catch_ups += step.num_catch_up_reqs > 0
         self.num_catch_up_tokens += step.num_catch_up_tokens
         self.catch_up_s += step.catch_up_s
@@ -81,15 +97,58 @@ class DraftSyncStats:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "steps"}
+        out["num_draft_kv_slots"] = dict(self.num_draft_kv_slots)
         out["steps"] = [s.__dict__ for s in self.steps]
         return out
+
+
+class DraftSlotCounter:
+    """Counts, per request, the draft KV slots each draft forward writes: the slot
+    mapping in vLLM's forward context, mapped to requests through the step's block
+    table (a host copy per forward; ``testing.count_draft_slots`` only). A block that
+    prefix caching shares counts for one of its requests."""
+
+    def __init__(self, runner: Any, counts: dict[str, int]) -> None:
+        self._runner = runner
+        self.counts = counts
+        self._owner_of_block: dict[int, str] = {}
+
+    def begin_step(self) -> None:
+        """Which request owns each KV block in this step (block 0 is vLLM's null block)."""
+        batch = self._runner.input_batch
+        table = batch.block_table[0]
+        blocks, num_blocks = table.block_table.np, table.num_blocks_per_row
+        self._owner_of_block = {
+            int(block): req_id
+            for row, req_id in enumerate(batch.req_ids)
+            for block in blocks[row, : num_blocks[row]]
+            if block != 0
+        }
+
+    def on_forward(self) -> None:
+        from vllm.forward_context import get_forward_context
+
+        mapping: Any = get_forward_context().slot_mapping
+        if isinstance(mapping, list):
+            mapping = mapping[0]
+        if not mapping:
+            return
+        slots = next(iter(mapping.values()))
+        written = slots[slots >= 0].cpu() // self._runner.drafter.block_size
+        for block in written.tolist():
+            req_id = self._owner_of_block.get(block, "?")
+            self.counts[req_id] = self.counts.get(req_id, 0) + 1
 
 
 class DraftSync:
     """Owns the draft lag state of one model runner; see module docstring."""
 
     def __init__(
-        self, runner: Any, mode: DraftSyncMode, clock: Callable[[], float] = time.perf_counter
+        self,
+        runner: Any,
+        mode: DraftSyncMode,
+        clock: Callable[[], float] = time.perf_counter,
+        count_slots: bool = False,
     ) -> None:
         self._runner = runner
         self._mode = mode
@@ -97,11 +156,14 @@ class DraftSync:
         self._method: str = runner.speculative_config.method
         self._lag = DraftLagTracker()
         self.stats = DraftSyncStats()
+        self._slots: DraftSlotCounter | None = None
         self._stock_propose = runner.propose_draft_token_ids
         runner.propose_draft_token_ids = self.propose_draft_token_ids
         model = getattr(runner.drafter, "model", None)
         if isinstance(model, torch.nn.Module):
             model.register_forward_pre_hook(self._count_forward)
+            if count_slots:
+                self._slots = DraftSlotCounter(runner, self.stats.num_draft_kv_slots)
 
     def invalidate_draft_kv(self) -> None:
         """Every request's draft KV must be rebuilt (after a draft reload)."""
@@ -109,9 +171,13 @@ class DraftSync:
 
     def reset_stats(self) -> None:
         self.stats = DraftSyncStats()
+        if self._slots is not None:
+            self._slots.counts = self.stats.num_draft_kv_slots
 
     def _count_forward(self, *_: Any) -> None:
         self.stats.num_draft_forwards += 1
+        if self._slots is not None:
+            self._slots.on_forward()
 
     def _skips(self, num_spec_tokens: int) -> bool:
         return num_spec_tokens == 0 and self._mode != "stock" and supports_true_skip(self._method)
@@ -125,29 +191,48 @@ class DraftSync:
             scheduler_output.finished_req_ids,
             scheduler_output.scheduled_cached_reqs.resumed_req_ids,
         )
+        if self._slots is not None:
+            self._slots.begin_step()
         forwards_before = self.stats.num_draft_forwards
-        spans: list[CatchUpSpan] = []
-        catch_up_s = 0.0
+        undrafted = self._undrafted(scheduler_output, starts)
+        drafted = {} if self._skips(k) else {r: s for r, s in starts.items() if r not in undrafted}
+        spans, catch_up_s = self._catch_up_drafted(drafted, args)
         if self._skips(k):
             result = self._skip(args)
+        elif undrafted:
+            result = propose_for(self._runner, scheduler_output, drafted, args)
         else:
-            if self._mode == "catch-up" and self._method == "draft_model":
-                spans = self._lag.spans(starts)
-                if spans:
-                    catch_up_s = self._timed_catch_up(spans, args[1], args[6])
             result = self._stock_propose(scheduler_output, *args, **kwargs)
-        self._lag.end_step(starts, draft_ran=not self._skips(k))
-        self.stats.record(
-            DraftStepRecord(
-                num_spec_tokens=k,
-                num_reqs=len(starts),
-                num_draft_forwards=self.stats.num_draft_forwards - forwards_before,
-                num_catch_up_reqs=len(spans),
-                num_catch_up_tokens=sum(s.num_tokens for s in spans),
-                catch_up_s=catch_up_s,
-            )
+        self._lag.end_step(starts, drafted)
+        record = DraftStepRecord(
+            num_spec_tokens=k,
+            num_reqs=len(starts),
+            num_draft_forwards=self.stats.num_draft_forwards - forwards_before,
+            num_catch_up_reqs=len(spans),
+            num_catch_up_tokens=sum(s.num_tokens for s in spans),
+            catch_up_s=catch_up_s,
+            num_undrafted_reqs=len(undrafted) if drafted else 0,
         )
+        self.stats.record(record)
         return result
+
+    def _catch_up_drafted(
+        self, drafted: dict[str, int], args: tuple[Any, ...]
+    ) -> tuple[list[CatchUpSpan], float]:
+        """The catch-up of the drafted requests that lag (``catch-up`` mode, draft
+        model): its spans and seconds."""
+        if self._mode != "catch-up" or self._method != "draft_model":
+            return [], 0.0
+        spans = self._lag.spans(drafted)
+        return spans, self._timed_catch_up(spans, args[1], args[6]) if spans else 0.0
+
+    def _undrafted(self, scheduler_output: Any, starts: dict[str, int]) -> frozenset[str]:
+        """The step's requests the scheduler says the draft skips (only a draft model
+        runs over part of a batch; a step at K = 0 skips them all anyway)."""
+        message = read_step_message(scheduler_output)
+        if message is None or not message.undrafted_req_ids or self._method != "draft_model":
+            return frozenset()
+        return message.undrafted_req_ids & starts.keys()
 
     def _step_starts(self, scheduler_output: Any) -> dict[str, int]:
         """req_id -> tokens computed before this step, batch order."""
@@ -190,59 +275,7 @@ class DraftSync:
         drafter = self._runner.drafter
         budget = drafter.max_num_tokens - drafter.max_batch_size
         for chunk in _chunk_spans(spans, budget, drafter.max_batch_size):
-            self._catch_up_chunk(chunk, sampling_metadata, cad)
-
-    def _catch_up_chunk(self, chunk: list[CatchUpSpan], sampling_metadata: Any, cad: Any) -> None:
-        runner, drafter = self._runner, self._runner.drafter
-        batch = runner.input_batch
-        device = runner.device
-        rows = [batch.req_id_to_index[s.req_id] for s in chunk]
-        tokens = [
-            batch.token_ids_cpu[r, s.start_pos : s.end_pos]
-            for r, s in zip(rows, chunk, strict=True)
-        ]
-        next_ids = [
-            int(batch.token_ids_cpu[r, s.end_pos]) for r, s in zip(rows, chunk, strict=True)
-        ]
-        positions = torch.cat([torch.arange(s.start_pos, s.end_pos) for s in chunk])
-        lens = torch.tensor([s.num_tokens for s in chunk], dtype=torch.int32)
-        query_start_loc = torch.zeros(len(chunk) + 1, dtype=torch.int32)
-        torch.cumsum(lens, 0, out=query_start_loc[1:])
-        seq_lens = torch.tensor([s.end_pos for s in chunk], dtype=torch.int32)
-        block_table = cad.block_table_tensor[torch.tensor(rows, device=device)]
-        block_size = drafter.block_size
-        req_of_token = torch.repeat_interleave(torch.arange(len(chunk)), lens.long())
-        block_ids = block_table[req_of_token.to(device), positions.to(device) // block_size]
-        slot_mapping = block_ids * block_size + positions.to(device) % block_size
-        common = CommonAttentionMetadata(
-            query_start_loc=query_start_loc.to(device),
-            query_start_loc_cpu=query_start_loc,
-            seq_lens=seq_lens.to(device),
-            num_reqs=len(chunk),
-            num_actual_tokens=int(lens.sum()),
-            max_query_len=int(lens.max()),
-            max_seq_len=int(seq_lens.max()),
-            block_table_tensor=block_table,
-            slot_mapping=slot_mapping.long(),
-            seq_lens_cpu_upper_bound=seq_lens,
-        )
-        target_ids = torch.from_numpy(_concat(tokens)).to(device=device, dtype=torch.int32)
-        drafter.propose(
-            num_speculative_tokens=0,
-            target_token_ids=target_ids,
-            target_positions=positions.to(device),
-            target_hidden_states=torch.empty(0, device=device),
-            next_token_ids=torch.tensor(next_ids, dtype=torch.int32, device=device),
-            token_indices_to_sample=None,
-            common_attn_metadata=common,
-            sampling_metadata=sampling_metadata,
-        )
-
-
-def _concat(arrays: list[Any]) -> Any:
-    import numpy as np
-
-    return np.concatenate(arrays).astype(np.int32)
+            catch_up_forward(self._runner, chunk, sampling_metadata, cad)
 
 
 def _chunk_spans(

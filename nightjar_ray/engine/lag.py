@@ -25,14 +25,15 @@ Rules (one call to :meth:`begin_step`, then :meth:`end_step` per step):
   ``start`` is > 0 got a prefix-cache hit on blocks whose draft KV may have
   been skipped: it is treated as stale from position 0 (conservative: costs
   a catch-up, never correctness);
-- after a step with gamma = 0 every request of the step is stale from its
-  ``start`` (unless it already was);
-- after a step with gamma > 0 every request of the step is in sync.
+- after a step, every request the draft ran over (``drafted``) is in sync and every
+  other request of the step is stale from its ``start`` (unless it already was): a step
+  with gamma = 0 drafts none, one with gamma > 0 all but the ineligible requests
+  (per-request draft eligibility, ``driver/draft_gate.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -96,13 +97,14 @@ class DraftLagTracker:
                 out.append(CatchUpSpan(req_id, stale, start))
         return out
 
-    def end_step(self, starts: Mapping[str, int], draft_ran: bool) -> None:
-        """Record whether the draft processed this step's tokens."""
-        if draft_ran:
-            for req_id in starts:
+    def end_step(self, starts: Mapping[str, int], drafted: Collection[str]) -> None:
+        """Record which of the step's requests the draft processed (``drafted``: their
+        lag was caught up and this step's tokens went through the draft); the others
+        go stale from their ``start``."""
+        for req_id, start in starts.items():
+            if req_id in drafted:
                 self._stale_from.pop(req_id, None)
-        else:
-            for req_id, start in starts.items():
+            else:
                 self._stale_from.setdefault(req_id, start)
 
     def invalidate_all(self) -> None:

@@ -31,6 +31,9 @@ class StepMessage:
     scheduler_counts: dict[str, Any] = field(default_factory=dict)
     """The scheduler's cumulative memory counts (JSON-able), so one ``collective_rpc``
     reads both sides (``nightjar_memory_stats()["scheduler"]``)."""
+    undrafted_req_ids: frozenset[str] = frozenset()
+    """Requests of this step the draft skips while the others speculate (per-request
+    draft eligibility); empty when the step drafts every request or plays gamma 0."""
 
 
 @dataclass(frozen=True)

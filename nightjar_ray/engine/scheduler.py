@@ -43,6 +43,7 @@ from nightjar_ray.driver.step_driver import StepBatch, StepDriver
 from nightjar_ray.engine.args import START_HOOK_KEY
 from nightjar_ray.engine.block_pool import ElasticBlockPool
 from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig
+from nightjar_ray.engine.eligibility import ForcedUndrafted, drafted_req_ids, undrafted_req_ids
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.messages import (
     DraftEventCounts,
@@ -139,6 +140,10 @@ class NightjarScheduler(Scheduler):
         """Only a draft model skipped at gamma = 0 saves work when the draft gate stops;
         a policy that does not opt in is spared the per-request sums."""
         self.draft_lag = DraftLagTracker()
+        self.undrafted_req_ids: frozenset[str] = frozenset()
+        """The requests the draft skips in the last scheduled step (sent to the workers;
+        they verify no drafts in the next one)."""
+        self.forced_undrafted = self._build_forced_undrafted(drafts)
         self._schedule_start_s = 0.0
         self.num_preemptions = 0
         """Requests preempted (KV blocks taken back) so far; sent to the workers' stats."""
@@ -146,6 +151,17 @@ class NightjarScheduler(Scheduler):
         steps = cfg.testing.chaos_offload_steps
         self.draft_cycle = DraftCycle(steps) if steps and self.num_spec_tokens > 0 else None
         self.memory_controller = self._build_memory_controller()
+
+    def _build_forced_undrafted(self, drafts: bool) -> ForcedUndrafted | None:
+        testing = self.nightjar_config.testing
+        if testing.forced_undrafted_cycle is None:
+            return None
+        if not (self._tracks_lag and drafts):
+            raise ValueError(
+                "testing.forced_undrafted_cycle needs the draft_model method with "
+                "draft_sync='catch-up' (only a draft model runs over part of a batch)"
+            )
+        return ForcedUndrafted(testing)
 
     def _build_step_driver(self, vllm_config: Any) -> StepDriver:
         cfg = self.nightjar_config
@@ -187,6 +203,7 @@ class NightjarScheduler(Scheduler):
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._schedule_start_s = time.perf_counter()
+        self.undrafted_req_ids = frozenset()
         event = self._memory_event()
         if "resume" in event.draft_commands:
             self.draft_lag.invalidate_all()  # the workers do the same with this step
@@ -197,7 +214,8 @@ class NightjarScheduler(Scheduler):
             self.memory_controller.after_schedule(
                 load, self.step_driver.sd_disabled, *self.step_driver.draft_value()
             )
-        attach_step_message(out, StepMessage(event or None, self._memory_counts()))
+        message = StepMessage(event or None, self._memory_counts(), self.undrafted_req_ids)
+        attach_step_message(out, message)
         return out
 
     def _memory_event(self) -> MemoryEvent:
@@ -251,13 +269,21 @@ class NightjarScheduler(Scheduler):
         self.draft_lag.begin_step(
             starts, out.finished_req_ids, out.scheduled_cached_reqs.resumed_req_ids
         )
+        if self.forced_undrafted is not None:
+            self.forced_undrafted.begin_step(starts, out.finished_req_ids)
         batch = self._step_batch(out, starts)
         gamma = self.step_driver.on_schedule(
             batch, self._schedule_start_s, draft_away=self.draft_away
         )
+        undrafted = undrafted_req_ids(self.step_driver.last_undrafted, starts)
+        if self.forced_undrafted is not None and gamma > 0:
+            undrafted = self.forced_undrafted.undrafted(starts)
+            if len(undrafted) == len(starts):
+                gamma, undrafted = 0, frozenset()
         out.num_spec_tokens_to_schedule = gamma
+        self.undrafted_req_ids = undrafted
         if self._tracks_lag:
-            self.draft_lag.end_step(starts, draft_ran=gamma > 0)
+            self.draft_lag.end_step(starts, drafted_req_ids(starts, gamma, undrafted))
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
         num_decode = num_sampling = num_prefill_tokens = 0
@@ -297,6 +323,15 @@ class NightjarScheduler(Scheduler):
             num_free_blocks=pool.get_num_free_blocks(),
             num_total_blocks=pool.num_gpu_blocks - 1,
         )
+
+    def update_draft_token_ids(self, draft_token_ids: Any) -> None:
+        """vLLM's update, then no drafts for the requests the draft skipped: the
+        workers' rows for them hold no proposal, so they verify none next step."""
+        super().update_draft_token_ids(draft_token_ids)
+        for req_id in self.undrafted_req_ids:
+            request = self.requests.get(req_id)
+            if request is not None:
+                request.spec_token_ids = []
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         if self.num_spec_tokens > 0:
@@ -354,3 +389,11 @@ class NightjarScheduler(Scheduler):
 
 class NightjarAsyncScheduler(NightjarScheduler, AsyncScheduler):
     """The same scheduler on top of vLLM's ``AsyncScheduler``."""
+
+    def _update_after_schedule(self, scheduler_output: Any) -> None:
+        super()._update_after_schedule(scheduler_output)
+        # NOTE: vLLM's AsyncScheduler gives every decoding request draft placeholders
+        # for the next step; the requests the draft skips get none, so they verify no
+        # drafts. Untested: vLLM forces async scheduling off on CPU.
+        for req_id in self.undrafted_req_ids:
+            self.requests[req_id].spec_token_ids = []

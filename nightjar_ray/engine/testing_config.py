@@ -83,6 +83,30 @@ class TestingConfig(BaseModel):
     forced_steps_per_gamma: int = Field(
         default=4, ge=1, description="Consecutive steps per entry of forced_gammas."
     )
+    forced_undrafted_cycle: int | None = Field(
+        default=None,
+        ge=2,
+        le=1000,
+        description=(
+            "Replace the draft gate's per-request verdict in steps that speculate: the "
+            "request that arrived i-th (from 0) is undrafted in scheduling step t iff "
+            "(i + t // forced_undrafted_steps) % forced_undrafted_cycle == 0, so every "
+            "request switches in and out of eligibility. A step whose requests are all "
+            "undrafted plays gamma 0 (its decision-log entry keeps the policy's gamma). "
+            "Needs draft_sync='catch-up' and the draft_model method. None: off."
+        ),
+    )
+    forced_undrafted_steps: int = Field(
+        default=3, ge=1, le=100_000, description="Steps per phase of forced_undrafted_cycle."
+    )
+    count_draft_slots: bool = Field(
+        default=False,
+        description=(
+            "Count, per request, the draft KV slots every draft forward writes "
+            "(DraftSyncStats.num_draft_kv_slots; a host copy of the slot mapping per "
+            "forward)."
+        ),
+    )
     batch_size_rule: BatchSizeRule = Field(
         default="decode",
         description=(
@@ -107,6 +131,14 @@ class TestingConfig(BaseModel):
             "the simulator's --nightjar-params; gamma_max stays the engine's."
         ),
     )
+
+    def forced_undrafted(self, arrival_index: int, step: int) -> bool:
+        """Whether ``forced_undrafted_cycle`` skips the ``arrival_index``-th request in
+        scheduling step ``step`` (False when the cycle is off)."""
+        cycle = self.forced_undrafted_cycle
+        if cycle is None:
+            return False
+        return (arrival_index + step // self.forced_undrafted_steps) % cycle == 0
 
     @property
     def moves_memory(self) -> bool:

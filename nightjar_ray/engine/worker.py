@@ -48,7 +48,11 @@ class _NightjarWorkerMixin:
         if self.vllm_config.speculative_config is None:
             return
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
-        self._nightjar_sync = DraftSync(self.model_runner, config.draft_sync_mode)
+        self._nightjar_sync = DraftSync(
+            self.model_runner,
+            config.draft_sync_mode,
+            count_slots=config.testing.count_draft_slots,
+        )
         if config.moves_memory:
             self._memory = WorkerMemory(
                 self.model_runner,

@@ -143,6 +143,22 @@ def test_forced_gammas_replace_the_policy() -> None:
         NightjarConfig(testing={"forced_gammas": [0]}, policy_snapshot="/any/snapshot.json")
 
 
+def test_forced_undrafted_cycle_switches_requests_in_and_out() -> None:
+    testing = NightjarConfig(
+        testing={"forced_undrafted_cycle": 2, "forced_undrafted_steps": 2}
+    ).testing
+    pattern = [[testing.forced_undrafted(i, t) for t in range(6)] for i in range(2)]
+    assert pattern == [
+        [True, True, False, False, True, True],
+        [False, False, True, True, False, False],
+    ]
+    assert not NightjarConfig().testing.forced_undrafted(0, 0)  # off by default
+    with pytest.raises(ValueError, match=r"testing\.forced_undrafted_cycle"):
+        NightjarConfig(testing={"forced_undrafted_cycle": 1})
+    with pytest.raises(ValueError, match=r"forced_undrafted_cycle needs draft_sync='catch-up'"):
+        NightjarConfig(draft_sync="stock", testing={"forced_undrafted_cycle": 2})
+
+
 def test_elastic_controller_fields_are_validated_and_named() -> None:
     enabled = NightjarConfig(elastic_memory={"enabled": True})
     config = enabled.elastic_memory
