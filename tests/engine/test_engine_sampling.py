@@ -65,8 +65,15 @@ SAMPLING_ENGINE = {
 """A step budget no batch of 8-token prompts and decodes fills: prefills are never
 chunked. (vLLM 0.32 rewinds the seeded generator of a request whose chunk's sample is
 discarded, and a CPU generator has no offset to rewind: the engine dies.)"""
-FORCED = TestingConfig(forced_gammas=[0, 2, 0, 0, 1, 3], forced_steps_per_gamma=1)
-"""Every gamma in [0, 3], and resumes after one and after two gamma = 0 steps."""
+FORCED = TestingConfig(
+    forced_gammas=[0, 2, 0, 0, 1, 3],
+    forced_steps_per_gamma=1,
+    forced_undrafted_cycle=2,
+    forced_undrafted_steps=1,
+)
+"""Every gamma in [0, 3], and resumes after one and after two gamma = 0 steps; every
+other request is left out of the draft, alternating each step (per-request eligibility
+switching in and out, with catch-ups when a request is drafted again)."""
 
 Samples = list[tuple[int, ...]]
 TargetProbs = Callable[[Sequence[tuple[int, ...]]], np.ndarray]
@@ -193,6 +200,7 @@ def test_speculative_sampling_follows_the_target(
     executed = [s["num_spec_tokens"] for s in stats["steps"]]
     assert set(executed) == {0, 1, 2, 3}
     assert any(s["num_catch_up_tokens"] > 0 for s in stats["steps"])
+    assert stats["num_partial_steps"] > 0  # steps drafting part of the batch
     fit = conditional_chisquare(samples, target_probs)
     assert fit.num_draws >= NUM_SAMPLES
     assert fit.pvalue > SPEC_ALPHA, fit
