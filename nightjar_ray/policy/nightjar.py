@@ -61,7 +61,8 @@ how fast outstanding work drains at the batch size the queue will produce, B' (t
 driver's ``batch_ahead``: B plus the waiting requests, capped by seats and KV). Draining R
 outstanding tokens at gamma takes about ``R * l~[B', gamma]`` plus the switch cost, so
 every step with B' in a larger key than B plays Eq. (4) over the row of key(B') (or of
-the largest larger key that ranks every arm; none: the bin's arm stands). The bins keep
+the largest larger key that ranks every arm; none: the bin's arm stands), chosen at the
+bin's start and again whenever key(B') changes, like the bin's own arm. The bins keep
 counting at key(B). Exploration is paid for by the waiting requests, so an exploration
 bin that starts while requests wait probes only down: the exploited arm or the one below
 (a shorter step), never a longer one; it still probes, since the largest keys exist only
@@ -157,6 +158,8 @@ class NightjarPolicy(Policy):
         self._complete_keys: set[int] = set()
         self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
+        self._ahead: dict[int, tuple[int, int | None]] = {}
+        """key -> (key ahead, its Eq. 4 arm) for the bin under way (``_ahead_arm``)."""
         self._prev_gamma = 0
         self.bin_listener: BinListener | None = None
         self.num_explore_bins = 0
@@ -177,7 +180,8 @@ class NightjarPolicy(Policy):
         if sched is None:
             sched = self._schedules[key] = _KeySchedule()
         queued = self._queue_aware and num_reqs_ahead is not None and num_reqs_ahead > num_reqs
-        if sched.tau == 1:
+        bin_start = sched.tau == 1
+        if bin_start:
             sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens, queued)
         elif sched.exploring and self._probe_done(sched):
             sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
@@ -185,7 +189,7 @@ class NightjarPolicy(Policy):
         ahead = None
         if queued and not sched.exploring:
             assert num_reqs_ahead is not None
-            ahead = self._exploit_ahead(key, num_reqs, num_reqs_ahead, max_skip_tokens)
+            ahead = self._ahead_arm(key, num_reqs, num_reqs_ahead, max_skip_tokens, bin_start)
         self.last_queued = ahead is not None
         if ahead is not None:
             gamma = ahead
@@ -211,6 +215,18 @@ class NightjarPolicy(Policy):
         if self.bin_listener is not None:
             self.bin_listener(key, sched.j, sched.b, explore, gamma)
         return gamma
+
+    def _ahead_arm(
+        self, key: int, num_reqs: int, num_reqs_ahead: int, skip: int, bin_start: bool
+    ) -> int | None:
+        """:meth:`_exploit_ahead`, locked for the rest of the bin of ``key`` as the bin's
+        own arm is (recomputed at a bin start or when the key ahead changes)."""
+        key_ahead = self._key(num_reqs_ahead)
+        cached = self._ahead.get(key)
+        if bin_start or cached is None or cached[0] != key_ahead:
+            cached = (key_ahead, self._exploit_ahead(key, num_reqs, num_reqs_ahead, skip))
+            self._ahead[key] = cached
+        return cached[1]
 
     def _exploit_ahead(
         self, key: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
