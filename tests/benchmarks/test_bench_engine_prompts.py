@@ -10,7 +10,7 @@ from benchmarks import bench_engine as bench
 
 def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
     args = argparse.Namespace(
-        prompt_tokens=16, prompt_tokens_max=32, max_tokens=8, max_tokens_min=4
+        prompt_tokens=16, prompt_tokens_max=32, max_tokens=8, max_tokens_min=4, mixed=False
     )
     seen: set[tuple[int, ...]] = set()
     num_prompts = 0
@@ -27,6 +27,16 @@ def test_every_phase_round_and_batch_size_gets_its_own_prompts() -> None:
     # the same (phase, round, batch) gives every engine the same prompts (paired rounds)
     again = bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
     assert again == bench.request_mix(4, args, bench.prompt_seed(bench.MEASURED, 1, 4))
+
+
+def test_mixed_pairs_long_prompts_with_short_outputs_and_the_reverse() -> None:
+    args = argparse.Namespace(
+        prompt_tokens=32, prompt_tokens_max=1024, max_tokens=64, max_tokens_min=4, mixed=True
+    )
+    prompts, outputs = bench.request_mix(64, args, seed=7)
+    kinds = {(len(p) >= 528, n) for p, n in zip(prompts, outputs, strict=True)}
+    assert kinds == {(True, 4), (False, 64)}
+    assert all(len(p) == 32 for p, n in zip(prompts, outputs, strict=True) if n == 64)
 
 
 def test_dtype_reaches_every_engine_of_the_run() -> None:
