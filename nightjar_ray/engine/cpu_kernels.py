@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 
-EXPAND_KERNEL = "vllm.v1.sample.rejection_sampler.expand_kernel"
-
 
 def expand_kernel(
     output: torch.Tensor,
@@ -40,8 +38,19 @@ def expand_kernel(
     output[:total] = torch.repeat_interleave(values, counts).to(output.dtype)
 
 
-def register_cpu_kernel_fixes() -> None:
-    """Route the CPU platform's ``expand_kernel`` to :func:`expand_kernel`."""
-    from vllm.triton_utils.dispatcher import register_kernels
+def register_cpu_kernel_fixes() -> bool:
+    """Point the CPU platform's ``expand_kernel`` override at :func:`expand_kernel`.
 
-    register_kernels({EXPAND_KERNEL: expand_kernel})
+    vLLM's worker wrapper installs its overrides (``KernelOverride`` objects that every
+    reference to the kernel is rebound to) before the worker class is built, so swapping
+    the override's implementation reaches every caller. (Registering a new override would
+    rescan every loaded module, which fails on some of them.) Returns whether an override
+    was there to fix."""
+    import vllm.v1.sample.rejection_sampler as rejection_sampler
+    from vllm.triton_utils.dispatcher import KernelOverride
+
+    override = rejection_sampler.expand_kernel
+    if not isinstance(override, KernelOverride):
+        return False
+    override._impl = expand_kernel
+    return True

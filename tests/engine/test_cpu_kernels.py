@@ -28,3 +28,18 @@ def test_vllms_cpu_expand_leaves_a_float_output_unwritten() -> None:
     out = torch.full((6,), -1.0)
     _expand_kernel_impl(out, TEMPERATURES, CU, 0, 1)
     assert out.tolist() == [-1.0] * 6
+
+
+def test_the_fix_reaches_vllms_expand_batch_to_tokens() -> None:
+    """As in a CPU worker: vLLM installs its overrides first, then the fix swaps the
+    expand kernel's implementation under every caller."""
+    from vllm.platforms import current_platform
+    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+    from nightjar_ray.engine.cpu_kernels import register_cpu_kernel_fixes
+
+    current_platform.import_kernels()
+    current_platform.register_triton_kernel_overrides()
+    assert register_cpu_kernel_fixes()
+    expanded = expand_batch_to_tokens(TEMPERATURES, CU, 6, replace_from=0, replace_to=1)
+    assert expanded.tolist() == torch.tensor([0.05, 0.05, 0.7, 0.7, 0.7, 1.0]).tolist()
