@@ -316,12 +316,12 @@ class NightjarScheduler(Scheduler):
         )
 
     def _queue_state(self) -> QueueState:
-        pool = self.kv_cache_manager.block_pool
+        load = self.load_snapshot()
         return QueueState(
-            num_waiting_reqs=len(self.waiting),
+            num_waiting_reqs=load.num_waiting_reqs,
             max_num_reqs=self.max_num_running_reqs,
-            num_free_blocks=pool.get_num_free_blocks(),
-            num_total_blocks=pool.num_gpu_blocks - 1,
+            num_free_blocks=load.num_free_blocks,
+            num_total_blocks=load.num_total_blocks,
         )
 
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:
