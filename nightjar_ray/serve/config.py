@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from nightjar_ray.engine.args import nightjar_engine_args
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_runtime_env
 from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
 
 GENERATED_PREFIX = "generated:"
@@ -138,6 +139,38 @@ def _model_loading(raw: dict[str, Any]) -> Any:
     return loading
 
 
+def _num_cpu_rank_bundles(raw: dict[str, Any]) -> int | None:
+    """Bundles that place a CPU rank (ask for ``RAY_CPU_RESOURCE``); None if none does.
+
+    Such a replica runs its ranks on Ray's executor with the CPU platform
+    (``engine/ray_cpu.py``); there must be one bundle per rank."""
+    pg = raw.get("placement_group_config")
+    if not isinstance(pg, dict):
+        return None
+    kwargs = raw["engine_kwargs"]
+    world_size = int(kwargs.get("tensor_parallel_size", 1)) * int(
+        kwargs.get("pipeline_parallel_size", 1)
+    )
+    per_worker = pg.get("bundle_per_worker")
+    bundles = [per_worker] * world_size if isinstance(per_worker, dict) else pg.get("bundles")
+    count = sum(
+        1 for b in bundles or [] if isinstance(b, dict) and b.get(RAY_CPU_RESOURCE, 0) > 0
+    )
+    if count == 0:
+        return None
+    if kwargs.get("distributed_executor_backend") != "ray":
+        raise ValueError(
+            f"invalid config: placement_group_config.bundles: {RAY_CPU_RESOURCE!r} places "
+            "CPU ranks on Ray's executor; set engine_kwargs.distributed_executor_backend: ray"
+        )
+    if count < world_size:
+        raise ValueError(
+            f"invalid config: placement_group_config.bundles: {count} bundle(s) ask for "
+            f"{RAY_CPU_RESOURCE!r}, the engine has {world_size} ranks (one bundle per rank)"
+        )
+    return count
+
+
 def parse_app_config(args: Any) -> AppConfig:
     """Validate a Serve app's ``args`` (see module docstring). Starts nothing."""
     from ray.serve.llm import LLMConfig
@@ -154,6 +187,8 @@ def parse_app_config(args: Any) -> AppConfig:
     if "model_loading_config" in raw:
         raw["model_loading_config"] = _model_loading(raw)
     raw["server_cls"] = NightjarLLMServer
+    if _num_cpu_rank_bundles(raw) is not None:
+        raw["runtime_env"] = ray_cpu_runtime_env(dict(raw.get("runtime_env") or {}))
     try:
         llm_config = LLMConfig.model_validate(raw)
     except ValidationError as e:

@@ -5,9 +5,17 @@ Before the parent class starts vLLM, the replica:
 1. ensures the deployment's policy actor exists (named, detached, restartable);
 2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
    name) into ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process
-   inherits; the scheduler there starts the Serve link (``link.py``).
+   inherits; the scheduler there starts the Serve link (``link.py``);
+3. sets ``RAY_ADDRESS`` to its own cluster's GCS address: the engine-core process is
+   not a Ray worker, and both the link and vLLM's Ray executor join a cluster from it
+   (with no address, vLLM would start a new local cluster; ``auto`` could find another
+   cluster on the same machine).
 
-Everything else (OpenAI API, streaming, engine metrics) is Ray Serve LLM's own.
+Everything else (OpenAI API, streaming, engine metrics) is Ray Serve LLM's own, with one
+exception: Ray Serve LLM 2.60 runs every deployment without GPU or TPU bundles on vLLM's
+``mp`` executor (``vllm_models.py``, ``get_initialization_kwargs``), so a replica whose
+bundles place CPU ranks on Ray (``engine/ray_cpu.py``) starts its engine through
+:class:`RayRanksVLLMEngine`, which keeps the ``ray`` executor the config asked for.
 """
 
 from __future__ import annotations
@@ -15,10 +23,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import ray
 from ray import serve
+from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 from ray.serve.llm import LLMServer
 
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
+from nightjar_ray.engine.ray_cpu import ray_cpu_platform_requested
 from nightjar_ray.policy.pooling import stats_fingerprint
 from nightjar_ray.serve.context import (
     NAMESPACE,
@@ -27,6 +38,9 @@ from nightjar_ray.serve.context import (
     policy_actor_name,
 )
 from nightjar_ray.serve.policy_actor import get_or_create_policy_actor
+
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 def nightjar_config_of(llm_config: Any) -> NightjarConfig:
@@ -51,6 +65,16 @@ def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
     )
 
 
+class RayRanksVLLMEngine(VLLMEngine):  # type: ignore[misc]
+    """Ray Serve LLM's vLLM engine, its ranks on vLLM's Ray executor on CPU nodes."""
+
+    def _start_async_llm_engine(
+        self, engine_args: Any, engine_config: Any, placement_group: Any
+    ) -> Any:
+        engine_config.parallel_config.distributed_executor_backend = "ray"
+        return super()._start_async_llm_engine(engine_args, engine_config, placement_group)
+
+
 class NightjarLLMServer(LLMServer):
     """``LLMServer`` plus Nightjar's replica set-up (see module docstring)."""
 
@@ -63,4 +87,7 @@ class NightjarLLMServer(LLMServer):
                 context.actor_name, context.namespace, fingerprint, config.pooling.snapshot_dir
             )
         os.environ[SERVE_CONTEXT_ENV] = context.to_env()
+        os.environ[RAY_ADDRESS_ENV] = ray.get_runtime_context().gcs_address
+        if ray_cpu_platform_requested(os.environ):
+            kwargs.setdefault("engine_cls", RayRanksVLLMEngine)
         await super().__init__(llm_config, **kwargs)

@@ -70,12 +70,15 @@ def app_args(
     }
 
 
-def post(url: str, body: Any, raw: bytes | None = None) -> tuple[int, Any]:
-    """POST JSON (or ``raw`` bytes); returns (status, parsed JSON or text)."""
+def post(
+    url: str, body: Any, raw: bytes | None = None, timeout_s: float = 300.0
+) -> tuple[int, Any]:
+    """POST JSON (or ``raw`` bytes); returns (status, parsed JSON or text). A reply not
+    started within ``timeout_s`` raises (a hung request fails the test)."""
     data = raw if raw is not None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, _parse(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, _parse(e.read())
