@@ -13,16 +13,17 @@ telemetry) and a ``ServeLink``; between syncs it runs ``--steps-per-sync`` polic
 link runs ``ServeLink.sync_once``, the production exchange: push the delta, load the
 pooled table, report telemetry. Replicas start at random phases and re-arm their timer
 after each sync, as the link does; each caller thread serves a slice of replicas, so
-``--fleets * --threads`` exchanges are in flight at most (1,000 replicas, few processes).
+``--fleets * --threads`` syncs are in flight at most (by default one thread per replica
+up to 1,000 replicas, in two processes).
 
 Measured after ``--warmup-s``, for ``--duration-s``:
-- actor: wall time of each ``exchange`` inside the actor (parse, merge, snapshot write,
-  the pooled table's JSON), of each snapshot write, the snapshot's size, and the actor
-  process's CPU seconds per call (Ray's own overhead included) and busy fraction;
+- actor: wall time of each ``exchange`` inside the actor (parse, merge, snapshot write
+  when due, the pooled table's JSON), of each snapshot write, the snapshot's size, and the
+  actor process's CPU per sync (both calls, Ray's own threads included) and per second;
 - callers: p50/p99 of a whole sync as a replica sees it (``sync_once``), the achieved
   exchange rate against the offered one (replicas / sync interval), how late syncs
   started (a caller that falls behind shows here, not as actor latency) and the callers'
-  CPU busy fraction.
+  CPU seconds per second.
 A scale keeps up when the achieved rate is within ``KEEP_UP_RATE_FRACTION`` of the
 offered one and p99 is below the sync interval.
 """
@@ -307,6 +308,28 @@ def caller_summary(
     }
 
 
+def start_fleets(num_replicas: int, actor_name: str, args: argparse.Namespace) -> list[Any]:
+    """``--fleets`` caller actors sharing the replicas ``replica-0`` .. ``replica-N-1``."""
+    import ray
+
+    fleet_args = {
+        "max_batch": args.max_batch,
+        "warm_steps": args.warm_steps,
+        "steps_per_sync": args.steps_per_sync,
+        "threads": args.threads,
+        "sync_interval_s": args.sync_interval_s,
+    }
+    names = [f"replica-{i}" for i in range(num_replicas)]
+    num_fleets = min(args.fleets, num_replicas)
+    fleet_cls = ray.remote(ReplicaFleet)
+    return [
+        fleet_cls.options(num_cpus=0).remote(
+            names[k::num_fleets], actor_name, args.seed + k * num_replicas, fleet_args
+        )
+        for k in range(num_fleets)
+    ]
+
+
 def run_scale(num_replicas: int, args: argparse.Namespace) -> dict[str, Any]:
     """One actor and its fleets for ``num_replicas`` replicas; killed afterwards."""
     import ray
@@ -323,23 +346,9 @@ def run_scale(num_replicas: int, args: argparse.Namespace) -> dict[str, Any]:
     actor = get_or_create_policy_actor(
         actor_name, NAMESPACE, fingerprint, snapshot_dir, actor_cls=actor_cls
     )
-    fleet_args = {
-        "max_batch": args.max_batch,
-        "warm_steps": args.warm_steps,
-        "steps_per_sync": args.steps_per_sync,
-        "threads": args.threads,
-        "sync_interval_s": args.sync_interval_s,
-    }
-    names = [f"replica-{i}" for i in range(num_replicas)]
-    num_fleets = min(args.fleets, num_replicas)
-    fleet_cls = ray.remote(ReplicaFleet)
-    fleets: list[Any] = [
-        fleet_cls.options(num_cpus=0).remote(
-            names[k::num_fleets], actor_name, args.seed + k * num_replicas, fleet_args
-        )
-        for k in range(num_fleets)
-    ]
+    fleets: list[Any] = []
     try:
+        fleets = start_fleets(num_replicas, actor_name, args)
         ray.get([f.ready.remote() for f in fleets])
         start_s = time.time() + 1.0
         measure_from_s = start_s + args.warmup_s
