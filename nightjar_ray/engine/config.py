@@ -60,8 +60,9 @@ class PoolingConfig(BaseModel):
         default="/tmp/nightjar-ray/policy-pool",
         min_length=1,
         description=(
-            "Directory where the policy actor snapshots the policy pool after every exchange "
-            "and restores it from when it restarts (mount a volume here on Kubernetes)."
+            "Directory where the policy actor snapshots the policy pool (when it changed, at "
+            "most once a second) and restores it from when it restarts (mount a volume here "
+            "on Kubernetes)."
         ),
     )
 

@@ -39,9 +39,16 @@ def snapshot_path(snapshot_dir: str, actor_name: str) -> str:
 
 
 def get_or_create_policy_actor(
-    name: str, namespace: str, fingerprint: dict[str, Any], snapshot_dir: str
+    name: str,
+    namespace: str,
+    fingerprint: dict[str, Any],
+    snapshot_dir: str,
+    *,
+    actor_cls: type[PolicyActor] = PolicyActor,
 ) -> Any:
     """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent.
+
+    ``actor_cls``: the actor body; a benchmark passes a subclass that times its own work.
 
     NOTE: created from inside a replica, an actor would land in the replica's placement
     group and die (and never come back) when that replica is replaced; the explicit
@@ -50,7 +57,7 @@ def get_or_create_policy_actor(
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    remote_cls = ray.remote(PolicyActor)
+    remote_cls = ray.remote(actor_cls)
     return remote_cls.options(
         name=name,
         namespace=namespace,

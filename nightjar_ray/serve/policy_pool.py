@@ -2,12 +2,15 @@
 
 :class:`PolicyPool` merges the deltas replicas push (``policy.pooling``),
 refuses payloads of another configuration or malformed ones, keeps per-replica
-accounting, and snapshots itself to disk after every change so a restarted
-actor loses nothing that was acknowledged::
+accounting, and snapshots itself to disk when it changed, at most once every
+``snapshot_interval_s``, so a restarted actor loses at most that many seconds of
+acknowledged observations::
 
     exchange(replica, fingerprint, delta) -> pooled table
       fingerprint == ours?  parse + check every cell   (else ValueError: pool untouched)
-      pool = pool.merge(delta); write snapshot (atomic rename); return pool
+      pool = pool.merge(delta)
+      changed and last write >= snapshot_interval_s ago?  write snapshot (atomic rename)
+      return pool
 
 The Ray actor (``policy_actor.py``) is a thin wrapper; tests drive this class
 directly as well as through the actor.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,6 +33,10 @@ from nightjar_ray.policy.stats import PolicyStats
 logger = logging.getLogger(__name__)
 
 POOL_SNAPSHOT_VERSION = 1
+
+SNAPSHOT_INTERVAL_S = 1.0
+"""Least seconds between two snapshot writes: the most a restart loses (evidence:
+docs/benchmarks.md, "Policy actor at scale")."""
 
 
 def total_count(stats: PolicyStats) -> float:
@@ -55,11 +63,18 @@ class PolicyPool:
     """Pooled statistics of one deployment's replicas (see module docstring)."""
 
     def __init__(
-        self, fingerprint: dict[str, Any], snapshot_path: str | None, clock: Callable[[], float]
+        self,
+        fingerprint: dict[str, Any],
+        snapshot_path: str | None,
+        clock: Callable[[], float],
+        snapshot_interval_s: float = SNAPSHOT_INTERVAL_S,
     ) -> None:
         self.fingerprint = dict(fingerprint)
         self._path = None if snapshot_path is None else Path(snapshot_path)
         self._clock = clock
+        self._snapshot_interval_s = snapshot_interval_s
+        self._last_save_s = -math.inf
+        self._unsaved = False
         self.pool = PolicyStats(str(fingerprint["policy"]))
         self.replicas: dict[str, ReplicaRecord] = {}
         self.num_rejected = 0
@@ -83,11 +98,16 @@ class PolicyPool:
         record = self.replicas.get(replica)
         if record is None:
             record = self.replicas[replica] = ReplicaRecord(warm_start_count=total_count(self.pool))
-        self.pool = self.pool.merge(stats)
+            self._unsaved = True
+        merged = self.pool.merge(stats)
+        self._unsaved |= total_count(stats) > 0 or merged.maxima != self.pool.maxima
+        self.pool = merged
         record.pushed_count += total_count(stats)
         record.num_exchanges += 1
-        record.last_exchange_s = self._clock()
-        self._save()
+        now_s = record.last_exchange_s = self._clock()
+        if self._unsaved and now_s - self._last_save_s >= self._snapshot_interval_s:
+            self._save()
+            self._last_save_s, self._unsaved = now_s, False
         return self.pool.to_json()
 
     def report(self, replica: str, telemetry: dict[str, Any]) -> None:

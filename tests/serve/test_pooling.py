@@ -134,6 +134,29 @@ def test_pool_snapshot_restores_after_restart(tmp_path: Path) -> None:
     assert not other.restored and total_count(other.pool) == 0
 
 
+def test_snapshot_is_written_when_changed_at_most_every_interval(tmp_path: Path) -> None:
+    """A write per exchange was half the actor's work at 1,000 replicas: the pool writes
+    when it changed and the last write is ``snapshot_interval_s`` old, not on every call."""
+    path, now = tmp_path / "pool.json", [0.0]
+    pool = PolicyPool(_fingerprint(), str(path), clock=lambda: now[0], snapshot_interval_s=1.0)
+    a, rng = _policy(1), random.Random(1)
+    exchange = StatsExchange(a, contextlib.nullcontext())
+
+    def sync(at_s: float, steps: int) -> float:
+        now[0] = at_s
+        _drive(a, rng, steps)
+        exchange.exchange(lambda d: pool.exchange("r1", _fingerprint(), d))
+        return total_count(PolicyPool(_fingerprint(), str(path), clock=lambda: 0.0).pool)
+
+    first = sync(0.0, 100)  # the first exchange writes
+    assert first == total_count(pool.pool) > 0
+    assert sync(0.5, 100) == first  # changed, but the last write is 0.5 s old
+    assert sync(1.0, 0) == total_count(pool.pool) > first  # nothing new; the backlog is due
+    path.unlink()
+    assert sync(5.0, 0) == 0.0 and not path.exists()  # nothing changed: nothing written
+    assert sync(6.0, 50) == total_count(pool.pool)
+
+
 def test_corrupt_snapshot_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "pool.json"
     path.write_text("{not json")
