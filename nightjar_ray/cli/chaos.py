@@ -8,6 +8,12 @@ zero failed requests; references come from a second app without elastic memory, 
 before the load starts). Prints and writes a JSON report: failed requests, recovery time
 (for ``memory``: until offloads, reloads and contractions were all seen after the mark),
 and whether every successful greedy output equals its prompt's reference.
+
+``rank-kill`` serves the 32B preset's shape on the pair (tensor parallelism 2, ranks as
+actors of vLLM's Ray executor on the CPU platform, ``engine/ray_cpu.py``) and kills one
+rank's actor; goal: the replica fails fast and Serve replaces it, no request hangs.
+Every request runs under ``--client-timeout-s``: one that gets no byte for that long
+counts as hung, and any hung request fails the run.
 """
 
 from __future__ import annotations
@@ -20,8 +26,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
+
 APP = "chaos"
-SCENARIOS = ("actor-kill", "replica-kill", "memory")
+SCENARIOS = ("actor-kill", "replica-kill", "memory", "rank-kill")
+NUM_RANKS = 2
+"""Tensor-parallel ranks of the ``rank-kill`` deployment."""
 MEMORY_CHAOS: dict[str, Any] = {
     "engine_kwargs": {"block_size": 32, "kv_cache_memory_bytes": 6_000_000},
     "testing": {
@@ -46,6 +56,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--fault-at-s", type=float, default=10.0)
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument(
+        "--client-timeout-s",
+        type=float,
+        default=120.0,
+        help="A request with no byte for this long counts as hung (and fails the run).",
+    )
     p.add_argument("--out", type=Path, default=Path("chaos-report.json"))
     p.set_defaults(func=run)
 
@@ -60,10 +76,15 @@ def _deploy(
     from nightjar_ray.serve import build_app
 
     if not ray.is_initialized():
-        ray.init(num_cpus=16, log_to_driver=False)
+        ranks: dict[str, float] = (
+            {RAY_CPU_RESOURCE: NUM_RANKS} if args.scenario == "rank-kill" else {}
+        )
+        ray.init(address="local", num_cpus=16, resources=ranks, log_to_driver=False)
         serve.start(http_options={"host": "127.0.0.1", "port": args.http_port})
     app_args = demo_app_args(args.pair, replicas)
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    if args.scenario == "rank-kill":
+        _ranks_on_ray(app_args)
     if memory_chaos:
         app_args["engine_kwargs"].update(MEMORY_CHAOS["engine_kwargs"])
         app_args["nightjar"]["testing"] = MEMORY_CHAOS["testing"]
@@ -71,6 +92,17 @@ def _deploy(
     print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
     serve.run(build_app(app_args), name=name, route_prefix=route)
     return f"http://127.0.0.1:{args.http_port}{'' if route == '/' else route}"
+
+
+def _ranks_on_ray(app_args: dict[str, Any]) -> None:
+    """The 32B TP=2 preset's engine keys, CPU values: one bundle and one core per rank."""
+    app_args["engine_kwargs"].update(
+        tensor_parallel_size=NUM_RANKS, distributed_executor_backend="ray"
+    )
+    app_args["engine_kwargs"]["speculative_config"]["draft_tensor_parallel_size"] = NUM_RANKS
+    app_args["placement_group_config"] = {"bundles": [{"CPU": 1, RAY_CPU_RESOURCE: 1}] * NUM_RANKS}
+    binding = "|".join(str(core) for core in range(NUM_RANKS))
+    app_args["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] = binding
 
 
 def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tuple[str, Any]:
@@ -115,6 +147,14 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
         def recovered() -> bool:
             return "at" in state and faults.policy_actor_recovered(APP, state["at"], replicas)
 
+    elif scenario == "rank-kill":
+
+        def fault() -> None:
+            state["name"] = faults.kill_one_rank()
+
+        def recovered() -> bool:
+            return "name" in state and faults.ranks_replaced(APP, state["name"], NUM_RANKS)
+
     else:
 
         def fault() -> None:
@@ -137,8 +177,9 @@ def run(args: argparse.Namespace) -> int:
     fault, recovered = _fault(args.scenario, replicas)
     started = time.time()
     report, run_result = run_chaos(
-        args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s
-    )
+        args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s,
+        client_timeout_s=args.client_timeout_s,
+    )  # fmt: skip
     late = [r.req_id for r in run_result.records if not r.ok and r.sent_s > report.fault_at_s + 1.0]
     out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
     if args.scenario == "memory":
@@ -147,7 +188,10 @@ def run(args: argparse.Namespace) -> int:
         out["memory_events"] = faults.memory_event_counts(APP)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
-    ok = report.recovery_s is not None and report.num_mismatched == 0
-    zero_failed = args.scenario in ("actor-kill", "memory")
-    ok = ok and (report.num_failed == 0 if zero_failed else not late)
+    ok = report.recovery_s is not None and report.num_mismatched == 0 and report.num_hung == 0
+    if args.scenario in ("actor-kill", "memory"):
+        ok = ok and report.num_failed == 0
+    elif args.scenario == "replica-kill":
+        ok = ok and not late
+    # rank-kill: the only replica is replaced, so requests may fail meanwhile (none may hang)
     return 0 if ok else 1

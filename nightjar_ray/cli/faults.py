@@ -111,3 +111,37 @@ def memory_event_counts(app: str) -> dict[str, int] | None:
         ):
             counts[kind] = counts.get(kind, 0) + int(count)
     return counts
+
+
+RANK_ACTOR_PREFIX = "vllm_Worker_"
+"""vLLM's Ray executor names each rank's actor ``vllm_Worker_<engine>_TP<rank>``."""
+
+
+def rank_actors() -> list[tuple[str, str]]:
+    """(name, namespace) of every live vLLM rank actor on the cluster, sorted."""
+    import ray
+
+    named = ray.util.list_named_actors(all_namespaces=True)
+    return sorted(
+        (a["name"], a["namespace"]) for a in named if a["name"].startswith(RANK_ACTOR_PREFIX)
+    )
+
+
+def kill_one_rank(rank: int = 1) -> str:
+    """Kill the actor of tensor-parallel ``rank`` (of the first engine); returns its name."""
+    import ray
+
+    victims = [(n, ns) for n, ns in rank_actors() if n.endswith(f"_TP{rank}")]
+    if not victims:
+        raise RuntimeError(f"no vLLM rank actor for TP rank {rank} to kill")
+    name, namespace = victims[0]
+    ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+    return name
+
+
+def ranks_replaced(app: str, killed: str, num_ranks: int) -> bool:
+    """The app runs one healthy replica again whose ``num_ranks`` rank actors are all new."""
+    names = [name for name, _ in rank_actors()]
+    if killed in names or len(names) < num_ranks:
+        return False
+    return replicas_replaced(app, "", 1)

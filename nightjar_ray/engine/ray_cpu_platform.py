@@ -9,7 +9,7 @@ from vllm.platforms.cpu import CpuPlatform
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
 
 
-class RayCpuPlatform(CpuPlatform):
+class RayCpuPlatform(CpuPlatform):  # type: ignore[misc]
     """vLLM's CPU platform whose ranks Ray places by :data:`RAY_CPU_RESOURCE`."""
 
     ray_device_key: str = RAY_CPU_RESOURCE
@@ -33,5 +33,5 @@ def install_rank_node_ids() -> None:
     from vllm.v1.executor.ray_executor_v2 import RayWorkerProc
     from vllm.v1.executor.ray_utils import RayWorkerWrapper
 
-    RayWorkerProc.get_node_and_physical_gpu_ids = rank_node_and_device_ids  # type: ignore[method-assign]
-    RayWorkerWrapper.get_node_and_physical_gpu_ids = rank_node_and_device_ids  # type: ignore[method-assign,assignment]
+    RayWorkerProc.get_node_and_physical_gpu_ids = rank_node_and_device_ids
+    RayWorkerWrapper.get_node_and_physical_gpu_ids = rank_node_and_device_ids

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nightjar_ray.loadgen.client import RunResult, run_open_loop
+from nightjar_ray.loadgen.client import TIMEOUT_STATUS, RunResult, run_open_loop
 from nightjar_ray.workload import Prompt, RequestSpec
 from nightjar_ray.workload.arrivals import poisson
 
@@ -32,6 +32,8 @@ class ChaosReport:
     fault_at_s: float
     recovery_s: float | None
     """Seconds from the fault until the recovery check passed (None: it never did)."""
+    num_hung: int
+    """Requests that got no byte for the client timeout (a hang; any is a failure)."""
     num_compared: int
     num_mismatched: int
     """Successful requests whose text differs from their prompt's greedy reference."""
@@ -90,15 +92,17 @@ def run_chaos(
     recovered: Callable[[], bool],
     fault_at_s: float,
     recovery_timeout_s: float = 300.0,
+    client_timeout_s: float = 120.0,
 ) -> tuple[ChaosReport, RunResult]:
-    """Send ``requests`` open loop; at ``fault_at_s`` call ``fault``; poll ``recovered``."""
+    """Send ``requests`` open loop; at ``fault_at_s`` call ``fault``; poll ``recovered``.
+    A request that gets no byte for ``client_timeout_s`` ends as hung."""
     times: dict[str, float] = {}
     t0 = time.monotonic()
     injector = threading.Thread(
         target=_inject, args=(fault, recovered, fault_at_s, recovery_timeout_s, t0, times)
     )
     injector.start()
-    run = asyncio.run(run_open_loop(url, model, requests))
+    run = asyncio.run(run_open_loop(url, model, requests, timeout_s=client_timeout_s))
     injector.join()
     reference_of = {s.req_id: references[s.prompt] for s in requests if s.prompt is not None}
     ok = [r for r in run.records if r.ok]
@@ -108,11 +112,13 @@ def run_chaos(
         if r.text != reference_of[r.req_id]
     )
     failed = [r.status for r in run.records if not r.ok]
+    hung = [r for r in run.records if r.status == TIMEOUT_STATUS]
     fault_at = times.get("fault_at_s", float("nan"))
     recovered_at = times.get("recovered_at_s")
     report = ChaosReport(
         scenario, len(run.records), len(failed), tuple(sorted(set(failed))), fault_at,
-        None if recovered_at is None else recovered_at - fault_at, len(ok), len(mismatched),
+        None if recovered_at is None else recovered_at - fault_at, len(hung), len(ok),
+        len(mismatched),
         mismatched,
     )  # fmt: skip
     return report, run

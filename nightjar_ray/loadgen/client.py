@@ -38,6 +38,10 @@ class RunResult:
     duration_s: float
 
 
+TIMEOUT_STATUS = "timeout"
+"""A request's status when the server sent no byte within the session's timeout."""
+
+
 def open_session(timeout_s: float = 600.0) -> aiohttp.ClientSession:
     """A session for many concurrent streams: no connection limit; ``timeout_s`` to
     connect and between two reads. Open it inside the event loop that uses it."""
@@ -141,9 +145,10 @@ async def send(
                 await _read_stream(resp, stream, t0)
                 finish_s = time.perf_counter() - t0
                 status, error = stream.outcome()
+    except asyncio.TimeoutError as e:  # aiohttp's connect and read timeouts included
+        status, error = TIMEOUT_STATUS, repr(e)[:500]
     except (
         aiohttp.ClientError,
-        asyncio.TimeoutError,
         json.JSONDecodeError,
         KeyError,
         ValueError,

@@ -153,9 +153,7 @@ def _num_cpu_rank_bundles(raw: dict[str, Any]) -> int | None:
     )
     per_worker = pg.get("bundle_per_worker")
     bundles = [per_worker] * world_size if isinstance(per_worker, dict) else pg.get("bundles")
-    count = sum(
-        1 for b in bundles or [] if isinstance(b, dict) and b.get(RAY_CPU_RESOURCE, 0) > 0
-    )
+    count = sum(1 for b in bundles or [] if isinstance(b, dict) and b.get(RAY_CPU_RESOURCE, 0) > 0)
     if count == 0:
         return None
     if kwargs.get("distributed_executor_backend") != "ray":

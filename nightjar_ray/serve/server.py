@@ -39,7 +39,6 @@ from nightjar_ray.serve.context import (
 )
 from nightjar_ray.serve.policy_actor import get_or_create_policy_actor
 
-
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
@@ -65,7 +64,7 @@ def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
     )
 
 
-class RayRanksVLLMEngine(VLLMEngine):  # type: ignore[misc]
+class RayRanksVLLMEngine(VLLMEngine):
     """Ray Serve LLM's vLLM engine, its ranks on vLLM's Ray executor on CPU nodes."""
 
     def _start_async_llm_engine(

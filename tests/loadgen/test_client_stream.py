@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from nightjar_ray.cli.load import PhaseResult, run_phase
-from nightjar_ray.loadgen.client import record_json, run_open_loop
+from nightjar_ray.loadgen.client import TIMEOUT_STATUS, record_json, run_open_loop
 from nightjar_ray.workload import RequestSpec
 
 
@@ -37,6 +37,8 @@ STREAMS: dict[str, list[Any]] = {
 class _Stub(BaseHTTPRequestHandler):
     mode: ClassVar[list[str]] = []
     bodies: ClassVar[list[dict[str, Any]]] = []
+    release: ClassVar[threading.Event] = threading.Event()
+    """A ``hang`` stream sends one chunk, then nothing until this is set."""
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -47,6 +49,11 @@ class _Stub(BaseHTTPRequestHandler):
         self.end_headers()
         if kind == "http":
             self.wfile.write(b'{"error": "bad"}')
+            return
+        if kind == "hang":
+            self.wfile.write(f"data: {json.dumps(_chunk('a'))}\n\n".encode())
+            self.wfile.flush()
+            self.release.wait(timeout=30)
             return
         for item in STREAMS[kind]:
             data = item if isinstance(item, str) else json.dumps(item)
@@ -60,8 +67,10 @@ class _Stub(BaseHTTPRequestHandler):
 def stub() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
     _Stub.bodies.clear()
+    _Stub.release.clear()
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
+    _Stub.release.set()
     server.shutdown()
 
 
@@ -121,3 +130,11 @@ def test_the_main_jobs_closed_loop_sends_text_prompts_through_the_same_client(
     assert len({r.req_id for r in phase.records}) == len(phase.records)
     assert all(isinstance(b["prompt"], str) and b["max_tokens"] == 4 for b in _Stub.bodies)
     assert phase.output_tokens_per_s() > 0 and phase.ttft_ms()[0] > 0
+
+
+def test_a_stream_that_stops_sending_ends_as_timeout_not_as_a_hang(stub: str) -> None:
+    _Stub.mode = ["hang", "clean"]
+    specs = [RequestSpec(i, 0.0, 1, i, (11,)) for i in range(2)]
+    hung, clean = asyncio.run(run_open_loop(stub, "m", specs, timeout_s=0.5)).records
+    assert hung.status == TIMEOUT_STATUS and not hung.ok and hung.text == "a"
+    assert clean.ok

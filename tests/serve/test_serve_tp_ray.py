@@ -107,9 +107,7 @@ def rank_stats(method: str) -> list[dict[str, Any]]:
     from ray import serve
 
     handle = serve.get_deployment_handle(f"{faults.LLM_DEPLOYMENT}:{MODEL_ID}", APP)
-    result: list[dict[str, Any]] = handle.collective_rpc.remote(method=method).result(
-        timeout_s=60
-    )
+    result: list[dict[str, Any]] = handle.collective_rpc.remote(method=method).result(timeout_s=60)
     return result
 
 
@@ -196,9 +194,7 @@ def test_killing_one_rank_fails_the_replica_fast_and_serve_replaces_it(app: App)
         return actors if len(actors) == NUM_RANKS and victim["name"] not in names else None
 
     wait_until(replaced, 300, 1.0, "Serve to replace the replica and its ranks")
-    after = wait_until(
-        lambda: _try_served(app, PROMPTS[:2]), 300, 2.0, "the new replica to serve"
-    )
+    after = wait_until(lambda: _try_served(app, PROMPTS[:2]), 300, 2.0, "the new replica to serve")
     recovery_s = time.monotonic() - killed_at
     assert after == before, recovery_s
 
