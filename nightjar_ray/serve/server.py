@@ -2,10 +2,12 @@
 
 Before the parent class starts vLLM, the replica:
 
-1. ensures the deployment's policy actor exists (named, detached, restartable);
+1. ensures the deployment's policy actor exists (named, detached, restartable;
+   on the head node unless ``pooling.actor_node: any``);
 2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
-   name) into ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process
-   inherits; the scheduler there starts the Serve link (``link.py``).
+   name, its cluster's GCS address and its node's IP) into
+   ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process inherits; the
+   scheduler there starts the Serve link (``link.py``).
 
 Everything else (OpenAI API, streaming, engine metrics) is Ray Serve LLM's own.
 """
@@ -39,6 +41,8 @@ def nightjar_config_of(llm_config: Any) -> NightjarConfig:
 
 def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
     """This replica's identity, and the policy actor it pools with."""
+    import ray
+
     ctx = serve.get_replica_context()
     fingerprint = stats_fingerprint(config.policy, config.policy_config())
     return ServeContext(
@@ -47,6 +51,8 @@ def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
         replica=ctx.replica_id.unique_id,
         model=llm_config.model_id,
         actor_name=policy_actor_name(ctx.app_name, ctx.deployment, fingerprint),
+        gcs_address=ray.get_runtime_context().gcs_address,
+        node_ip_address=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         namespace=NAMESPACE,
     )
 
@@ -60,7 +66,11 @@ class NightjarLLMServer(LLMServer):
         if config.pooling.enabled:
             fingerprint = stats_fingerprint(config.policy, config.policy_config())
             get_or_create_policy_actor(
-                context.actor_name, context.namespace, fingerprint, config.pooling.snapshot_dir
+                context.actor_name,
+                context.namespace,
+                fingerprint,
+                config.pooling.snapshot_dir,
+                on_head=config.pooling.actor_node == "head",
             )
         os.environ[SERVE_CONTEXT_ENV] = context.to_env()
         await super().__init__(llm_config, **kwargs)
