@@ -65,6 +65,14 @@ class PoolingConfig(BaseModel):
             "on Kubernetes)."
         ),
     )
+    actor_node: Literal["head", "any"] = Field(
+        default="head",
+        description=(
+            "Where the policy actor runs: 'head' pins it to the Ray head node (it takes no "
+            "CPU, so a head started with num-cpus 0 holds it, and it outlives the loss of "
+            "any worker node); 'any' leaves its placement to Ray."
+        ),
+    )
 
 
 class ElasticMemoryConfig(BaseModel):

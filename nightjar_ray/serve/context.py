@@ -23,13 +23,18 @@ SERVE_CONTEXT_ENV = "NIGHTJAR_SERVE_CONTEXT"
 
 @dataclass(frozen=True)
 class ServeContext:
-    """A replica's identity and the policy actor it pools with."""
+    """A replica's identity, the policy actor it pools with, and the Ray cluster and node
+    it runs on (the engine-core process joins exactly these)."""
 
     app: str
     deployment: str
     replica: str
     model: str
     actor_name: str
+    gcs_address: str
+    """The replica's cluster (``host:port`` of its GCS)."""
+    node_ip_address: str
+    """The IP address of the replica's Ray node."""
     namespace: str = NAMESPACE
 
     def to_env(self) -> str:

@@ -2,9 +2,9 @@
 
 The scheduler runs in vLLM's engine-core process, which the replica spawns and
 which is not a Ray worker. At start-up the scheduler calls
-:func:`start_serve_link`; its thread joins the Ray cluster
-(``ray.init(address="auto")``, the replica's ``RAY_*`` environment is
-inherited) and then, forever:
+:func:`start_serve_link`; its thread joins the replica's Ray cluster through
+the replica's node (the GCS address and node IP of its :class:`ServeContext`)
+and then, forever:
 
 - every ``metrics_interval_s``: publishes the engine's telemetry as
   ``nightjar_*`` metrics through ``ray.util.metrics``;
@@ -18,6 +18,11 @@ a thread here reaches them without a relay; vLLM's utility calls reach the
 step loop never waits on Ray: the thread holds the policy lock only while it
 copies tables in memory. If the actor is unreachable the replica keeps its own
 statistics (nothing is lost: the next delta still holds them) and retries.
+
+NOTE: ``ray.init(address="auto")`` is not used: it takes the cluster the host's last
+``ray start`` recorded (or any local one), which on a host running two clusters need not
+be the replica's; and on a host running several nodes of one cluster, a driver attaches
+to the head's raylet, so the engine's metrics would leave through the head's port.
 """
 
 from __future__ import annotations
@@ -103,7 +108,8 @@ class ServeLink:
         while not self._stop.is_set():
             try:
                 ray.init(
-                    address="auto",
+                    address=self.context.gcs_address,
+                    _node_ip_address=self.context.node_ip_address,
                     namespace=self.context.namespace,
                     ignore_reinit_error=True,
                     logging_level=logging.WARNING,
@@ -140,10 +146,14 @@ class ServeLink:
             return False
 
     def _report(self, policy_count: float) -> None:
+        """Send telemetry, the policy's count and the Ray node this process joined."""
+        import ray
+
         reading = self._step_driver.telemetry.read().to_json()
         reading["policy_count"] = policy_count
         reading["num_syncs"] = self.num_syncs
         reading["num_sync_errors"] = self.num_sync_errors
+        reading["node_id"] = ray.get_runtime_context().get_node_id()
         self._actor.report.remote(self.context.replica, reading)
 
 

@@ -3,7 +3,8 @@
 It wraps :class:`~nightjar_ray.serve.policy_pool.PolicyPool`. Replicas create it on
 start-up if it does not exist yet (``get_if_exists``), so deploying an app never
 leaves an actor behind when the config is invalid. It restarts on failure
-(``max_restarts=-1``) and restores its pool from the snapshot file.
+(``max_restarts=-1``) and restores its pool from the snapshot file. With
+``pooling.actor_node: head`` (the default) it runs on the Ray head node.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class PolicyActor:
         return self._pool.status()
 
 
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+"""The resource Ray gives the head node only (Ray Train and Ray Data pin their state actors
+to the head with it)."""
+
+
 def snapshot_path(snapshot_dir: str, actor_name: str) -> str:
     return str(Path(snapshot_dir) / f"{actor_name}.json")
 
@@ -43,16 +49,20 @@ def get_or_create_policy_actor(
     namespace: str,
     fingerprint: dict[str, Any],
     snapshot_dir: str,
+    on_head: bool = True,
     *,
     actor_cls: type[PolicyActor] = PolicyActor,
 ) -> Any:
-    """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent.
+    """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent;
+    ``on_head``: it asks for a sliver of :data:`HEAD_NODE_RESOURCE`, so it runs on the head.
 
     ``actor_cls``: the actor body; a benchmark passes a subclass that times its own work.
 
     NOTE: created from inside a replica, an actor would land in the replica's placement
     group and die (and never come back) when that replica is replaced; the explicit
-    ``placement_group=None`` strategy keeps it out of any placement group.
+    ``placement_group=None`` strategy keeps it out of any placement group. The head is
+    named by its resource, not its node ID: a head restarted with GCS fault tolerance gets
+    a new ID but the same resource, so the restarted actor still finds it.
     """
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -66,5 +76,6 @@ def get_or_create_policy_actor(
         max_restarts=-1,
         max_task_retries=0,
         num_cpus=0,
+        resources={HEAD_NODE_RESOURCE: 0.001} if on_head else {},
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),  # type: ignore[arg-type]
     ).remote(fingerprint, snapshot_path(snapshot_dir, name))

@@ -2,14 +2,15 @@
 
 Before the parent class starts vLLM, the replica:
 
-1. ensures the deployment's policy actor exists (named, detached, restartable);
+1. ensures the deployment's policy actor exists (named, detached, restartable;
+   on the head node unless ``pooling.actor_node: any``);
 2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
-   name) into ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process
-   inherits; the scheduler there starts the Serve link (``link.py``);
-3. sets ``RAY_ADDRESS`` to its own cluster's GCS address: the engine-core process is
-   not a Ray worker, and both the link and vLLM's Ray executor join a cluster from it
-   (with no address, vLLM would start a new local cluster; ``auto`` could find another
-   cluster on the same machine).
+   name, its cluster's GCS address and its node's IP) into
+   ``NIGHTJAR_SERVE_CONTEXT``, which vLLM's engine-core process inherits; the
+   scheduler there starts the Serve link (``link.py``);
+3. sets ``RAY_ADDRESS`` to its own cluster's GCS address: vLLM's Ray executor joins
+   the cluster from the engine-core process, which is not a Ray worker (with no
+   address it would start a new local cluster).
 
 Everything else (OpenAI API, streaming, engine metrics) is Ray Serve LLM's own, with one
 exception: Ray Serve LLM 2.60 runs every deployment without GPU or TPU bundles on vLLM's
@@ -52,6 +53,8 @@ def nightjar_config_of(llm_config: Any) -> NightjarConfig:
 
 def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
     """This replica's identity, and the policy actor it pools with."""
+    import ray
+
     ctx = serve.get_replica_context()
     fingerprint = stats_fingerprint(config.policy, config.policy_config())
     return ServeContext(
@@ -60,6 +63,8 @@ def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
         replica=ctx.replica_id.unique_id,
         model=llm_config.model_id,
         actor_name=policy_actor_name(ctx.app_name, ctx.deployment, fingerprint),
+        gcs_address=ray.get_runtime_context().gcs_address,
+        node_ip_address=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         namespace=NAMESPACE,
     )
 
@@ -83,7 +88,11 @@ class NightjarLLMServer(LLMServer):
         if config.pooling.enabled:
             fingerprint = stats_fingerprint(config.policy, config.policy_config())
             get_or_create_policy_actor(
-                context.actor_name, context.namespace, fingerprint, config.pooling.snapshot_dir
+                context.actor_name,
+                context.namespace,
+                fingerprint,
+                config.pooling.snapshot_dir,
+                on_head=config.pooling.actor_node == "head",
             )
         os.environ[SERVE_CONTEXT_ENV] = context.to_env()
         os.environ[RAY_ADDRESS_ENV] = ray.get_runtime_context().gcs_address

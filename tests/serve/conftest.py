@@ -70,6 +70,15 @@ def app_args(
     }
 
 
+def expected_pool_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:
+    """The pool's count for a replica's observations (its report to the policy actor):
+    steps (step-mean), tokens (token-weighted), tokens in each of two tables (factored)."""
+    estimator = fingerprint.get("latency_estimator")
+    if estimator == "step-mean":
+        return float(report["num_observed_steps"])
+    return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
+
+
 def post(
     url: str, body: Any, raw: bytes | None = None, timeout_s: float = 300.0
 ) -> tuple[int, Any]:

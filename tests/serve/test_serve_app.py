@@ -29,7 +29,7 @@ from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
 from tests.reference_engines import ReferenceEngines
 from tests.support import free_port, wait_until
 
-from .conftest import AUTOSCALING, MODEL_ID, app_args, get, post
+from .conftest import AUTOSCALING, MODEL_ID, app_args, expected_pool_count, get, post
 
 pytestmark = pytest.mark.engine
 
@@ -303,15 +303,6 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
     )
 
 
-def _expected_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:
-    """The pool's count for a replica's observations: steps (step-mean), tokens
-    (token-weighted), tokens in each of two tables (factored)."""
-    estimator = fingerprint.get("latency_estimator")
-    if estimator == "step-mean":
-        return float(report["num_observed_steps"])
-    return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
-
-
 @dataclass(frozen=True)
 class ScaleUp:
     """What the policy actor said along the way from one replica to two."""
@@ -334,7 +325,7 @@ def _settled(status: dict[str, Any]) -> bool:
         return False
     fingerprint = status["fingerprint"]
     return all(
-        r["pushed_count"] == pytest.approx(_expected_count(fingerprint, r["report"]))
+        r["pushed_count"] == pytest.approx(expected_pool_count(fingerprint, r["report"]))
         and r["report"]["policy_count"] == pytest.approx(status["pool_count"])
         for r in reps
     )
@@ -396,7 +387,7 @@ def test_a_second_replica_warm_starts_and_the_pool_is_the_sum_of_both(scale_up: 
     assert len(reps) == 2 and all(r["report"]["num_observed_steps"] > 0 for r in reps)
     fingerprint = status["fingerprint"]
     assert status["pool_count"] == pytest.approx(sum(r["pushed_count"] for r in reps))
-    expected = sum(_expected_count(fingerprint, r["report"]) for r in reps)
+    expected = sum(expected_pool_count(fingerprint, r["report"]) for r in reps)
     assert status["pool_count"] == pytest.approx(expected)
     for r in reps:  # every replica decides from the merged table
         assert r["report"]["policy_count"] == pytest.approx(status["pool_count"])
