@@ -121,7 +121,17 @@ class SyntheticReplica:
         self.driver = StepDriver(
             config.build_policy(), gamma_cap=config.gamma_max, clock=time.monotonic
         )
-        context = ServeContext(APP, "synthetic", name, "synthetic", actor_name)
+        import ray
+
+        context = ServeContext(
+            APP,
+            "synthetic",
+            name,
+            "synthetic",
+            actor_name,
+            ray.get_runtime_context().gcs_address,
+            ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        )
         self.link = ServeLink(context, config, self.driver)
         self._rng = random.Random(seed)
         self._max_batch = max_batch

@@ -12,7 +12,7 @@ Activation:
 - the platform is registered through vLLM's out-of-tree platform entry point
   (``vllm.platform_plugins``) and active only where :data:`RAY_CPU_PLATFORM_ENV` is
   ``1``; everywhere else vLLM picks its own platform as before;
-- each Ray worker process of the replica runs :func:`setup_rank_process` (Ray's
+- each Ray worker process of the replica runs ``setup_rank_process`` (Ray's
   ``worker_process_setup_hook``), which lets a rank report its node without device
   ids (vLLM reads a rank's device ids from Ray's accelerator ids, which Ray keeps only
   for accelerators it knows: ``ray_executor_v2.py`` ``get_node_and_physical_gpu_ids``).
@@ -26,7 +26,7 @@ from typing import Any
 RAY_CPU_PLATFORM_ENV = "NIGHTJAR_RAY_CPU_PLATFORM"
 RAY_CPU_RESOURCE = "nightjar_cpu"
 """The Ray resource one CPU tensor-parallel rank takes (one unit per rank)."""
-SETUP_HOOK = "nightjar_ray.engine.ray_cpu.setup_rank_process"
+SETUP_HOOK = "nightjar_ray.engine.ray_cpu_platform.setup_rank_process"
 """Ray ``worker_process_setup_hook`` of a replica whose ranks run on the CPU platform."""
 
 
@@ -39,15 +39,6 @@ def ray_cpu_platform_plugin() -> str | None:
 
 def ray_cpu_platform_requested(environ: dict[str, str] | os._Environ[str]) -> bool:
     return environ.get(RAY_CPU_PLATFORM_ENV, "") == "1"
-
-
-def setup_rank_process() -> None:
-    """Ray worker-process setup hook: on the CPU platform, ranks report no device ids."""
-    if not ray_cpu_platform_requested(os.environ):
-        return
-    from nightjar_ray.engine.ray_cpu_platform import install_rank_node_ids
-
-    install_rank_node_ids()
 
 
 def ray_cpu_runtime_env(runtime_env: dict[str, Any]) -> dict[str, Any]:

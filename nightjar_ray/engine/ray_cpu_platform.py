@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vllm.platforms.cpu import CpuPlatform
 
-from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
+from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_platform_requested
 
 
 class RayCpuPlatform(CpuPlatform):  # type: ignore[misc]
@@ -35,3 +36,9 @@ def install_rank_node_ids() -> None:
 
     RayWorkerProc.get_node_and_physical_gpu_ids = rank_node_and_device_ids
     RayWorkerWrapper.get_node_and_physical_gpu_ids = rank_node_and_device_ids
+
+
+def setup_rank_process() -> None:
+    """Ray worker-process setup hook (``ray_cpu.SETUP_HOOK``) of a replica with CPU ranks."""
+    if ray_cpu_platform_requested(os.environ):
+        install_rank_node_ids()
