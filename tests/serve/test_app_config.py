@@ -16,6 +16,7 @@ import yaml
 
 from nightjar_ray.cli.demo import demo_app_args
 from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
+from nightjar_ray.engine.ray_cpu import RAY_CPU_PLATFORM_ENV, RAY_CPU_RESOURCE, SETUP_HOOK
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
 from tests.support import REPO_ROOT, wait_until
 
@@ -49,6 +50,47 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
         assert kwargs["tensor_parallel_size"] == 2
         assert kwargs["distributed_executor_backend"] == "ray"
         assert kwargs["speculative_config"]["draft_tensor_parallel_size"] == 2
+
+
+def test_the_cpu_tp2_preset_is_the_32b_presets_shape_and_switches_to_cpu_ranks() -> None:
+    """Same engine keys as the 32B TP=2 preset (less the GPU's memory fraction), same
+    parallel values; its rank bundles turn on the CPU platform and its setup hook."""
+    (gpu,) = _apps("gpu-32b-tp2.yaml")
+    (cpu,) = _apps("cpu-tp2-ray.yaml")
+    gpu_engine, cpu_engine = gpu["args"]["engine_kwargs"], cpu["args"]["engine_kwargs"]
+    assert set(gpu_engine) - {"gpu_memory_utilization"} <= set(cpu_engine)
+    for key in ("tensor_parallel_size", "distributed_executor_backend"):
+        assert cpu_engine[key] == gpu_engine[key]
+    spec_key = "draft_tensor_parallel_size"
+    assert cpu_engine["speculative_config"][spec_key] == gpu_engine["speculative_config"][spec_key]
+    runtime_env = parse_app_config(cpu["args"]).llm_config.runtime_env
+    assert runtime_env["env_vars"][RAY_CPU_PLATFORM_ENV] == "1"
+    assert runtime_env["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert runtime_env["worker_process_setup_hook"] == SETUP_HOOK
+    # without rank bundles nothing changes: the demo keeps vLLM's own CPU platform
+    demo_env = parse_app_config(demo_app_args("default", 1)).llm_config.runtime_env
+    assert RAY_CPU_PLATFORM_ENV not in demo_env["env_vars"]
+    assert "worker_process_setup_hook" not in demo_env
+
+
+CPU_RANKS = {"bundles": [{"CPU": 1, RAY_CPU_RESOURCE: 1}] * 2}
+
+
+@pytest.mark.parametrize(
+    ("engine", "named"),
+    [
+        ({"tensor_parallel_size": 2}, "distributed_executor_backend: ray"),
+        ({"tensor_parallel_size": 3, "distributed_executor_backend": "ray"}, "3 ranks"),
+    ],
+)
+def test_cpu_rank_bundles_that_cannot_place_the_ranks_fail_naming_the_field(
+    engine: dict[str, Any], named: str, tmp_path: Path, nightjar_cache: Path
+) -> None:
+    args = _set(app_args(tmp_path), "placement_group_config", CPU_RANKS)
+    args["engine_kwargs"].update(engine)
+    with pytest.raises(ValueError, match="placement_group_config.bundles") as info:
+        parse_app_config(args)
+    assert named in str(info.value)
 
 
 def _set(args: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
