@@ -88,7 +88,7 @@ def test_cpu_rank_bundles_that_cannot_place_the_ranks_fail_naming_the_field(
 ) -> None:
     args = _set(app_args(tmp_path), "placement_group_config", CPU_RANKS)
     args["engine_kwargs"].update(engine)
-    with pytest.raises(ValueError, match="placement_group_config.bundles") as info:
+    with pytest.raises(ValueError, match=r"placement_group_config\.bundles") as info:
         parse_app_config(args)
     assert named in str(info.value)
 

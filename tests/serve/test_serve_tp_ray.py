@@ -94,14 +94,6 @@ def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         ray.shutdown()
 
 
-def rank_actors() -> list[dict[str, str]]:
-    """vLLM's live rank actors (named ``vllm_Worker_<engine>_TP<rank>``), by name."""
-    import ray
-
-    named = ray.util.list_named_actors(all_namespaces=True)
-    return sorted((a for a in named if a["name"].startswith("vllm_Worker_")), key=str)
-
-
 def rank_stats(method: str) -> list[dict[str, Any]]:
     """``method`` of every rank, through the replica's engine (vLLM's collective RPC)."""
     from ray import serve
@@ -122,7 +114,7 @@ def _served(app: App, prompts: list[list[int]]) -> list[list[int]]:
 def test_ranks_run_as_ray_actors_in_the_replicas_placement_group(app: App) -> None:
     import ray
 
-    assert [a["name"].rsplit("_", 1)[-1] for a in rank_actors()] == ["TP0", "TP1"]
+    assert [name.rsplit("_", 1)[-1] for name, _ in faults.rank_actors()] == ["TP0", "TP1"]
     # the replica's placement group: one bundle per rank, each with a rank slot
     groups = [
         g
@@ -176,24 +168,22 @@ def test_killing_one_rank_fails_the_replica_fast_and_serve_replaces_it(app: App)
     """Kill TP1's actor under load: every request ends (success or an error) within the
     client timeout, Serve starts a new replica with new ranks, and it serves the same
     greedy outputs."""
-    import ray
 
     before = _served(app, PROMPTS[:2])
-    (victim,) = [a for a in rank_actors() if a["name"].endswith("_TP1")]
     with ThreadPoolExecutor(6) as pool:
         load = [pool.submit(app.completion, PROMPTS[i % len(PROMPTS)], 64) for i in range(6)]
         time.sleep(1.0)  # requests in flight (the kill is the event under test)
-        ray.kill(ray.get_actor(victim["name"], namespace=victim["namespace"]))
+        killed = faults.kill_one_rank(1)
         killed_at = time.monotonic()
         outcomes = [f.result(timeout=CLIENT_TIMEOUT_S + 10) for f in load]
     assert all(status in (200, 500, 503) for status, _ in outcomes), outcomes
-
-    def replaced() -> list[dict[str, Any]] | None:
-        actors = rank_actors()
-        names = {a["name"] for a in actors}
-        return actors if len(actors) == NUM_RANKS and victim["name"] not in names else None
-
-    wait_until(replaced, 300, 1.0, "Serve to replace the replica and its ranks")
+    assert killed.endswith("_TP1")
+    wait_until(
+        lambda: faults.ranks_replaced(APP, killed, NUM_RANKS),
+        300,
+        1.0,
+        "Serve to replace the replica and its ranks",
+    )
     after = wait_until(lambda: _try_served(app, PROMPTS[:2]), 300, 2.0, "the new replica to serve")
     recovery_s = time.monotonic() - killed_at
     assert after == before, recovery_s
