@@ -91,7 +91,7 @@ def _start(http_port: int, max_apps: int) -> str:
     import ray
     from ray import serve
 
-    ray.init(num_cpus=max(32, 4 * max_apps), log_to_driver=False)
+    ray.init(address="local", num_cpus=max(32, 4 * max_apps), log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": http_port})
     return f"http://127.0.0.1:{http_port}"
 

@@ -85,6 +85,7 @@ def _deploy(args: argparse.Namespace) -> None:
     # NOTE: logical CPUs above the physical count: the replica's placement group holds
     # 2 CPUs and Serve's proxy, router and the policy actor need room next to it.
     ray.init(
+        address="local",  # a cluster of its own, never another one on this host
         num_cpus=max(8, 4 * (os.cpu_count() or 1)),
         _metrics_export_port=args.metrics_port,
         _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},

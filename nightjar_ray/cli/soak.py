@@ -64,6 +64,7 @@ def _deploy(args: argparse.Namespace) -> str:
     from nightjar_ray.serve import build_app
 
     ray.init(
+        address="local",  # a cluster of its own, never another one on this host
         num_cpus=16,
         log_to_driver=False,
         _metrics_export_port=args.metrics_port,

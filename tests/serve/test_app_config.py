@@ -201,7 +201,7 @@ def local_ray() -> Iterator[None]:
     import ray
     from ray import serve
 
-    ray.init(num_cpus=4, include_dashboard=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": 0})
         yield

@@ -89,7 +89,9 @@ def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
     http_port, metrics_port = free_port(), free_port()
     snapshot_dir = tmp_path_factory.mktemp("pool")
-    ray.init(num_cpus=8, _metrics_export_port=metrics_port, include_dashboard=False)
+    ray.init(
+        address="local", num_cpus=8, _metrics_export_port=metrics_port, include_dashboard=False
+    )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
         _deploy(snapshot_dir)
