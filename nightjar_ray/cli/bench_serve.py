@@ -48,6 +48,12 @@ def register(subparsers: Any) -> None:
         help=f"Azure-format trace CSV of the trace scenario (default: ${TRACE_ENV}; without"
         " either, the trace scenario is left out).",
     )
+    p.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="Start every engine without torch.compile (quicker start; then the timings are"
+        " of eager engines).",
+    )
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--out", type=Path, default=Path("bench-serve-results"))
     p.add_argument("--report", type=Path, help="Write the report section into this markdown.")
@@ -70,7 +76,11 @@ def register(subparsers: Any) -> None:
 
 
 def contender_args(
-    pair: str, policy: str, params: dict[str, Any], extras: dict[str, Any] | None = None
+    pair: str,
+    policy: str,
+    params: dict[str, Any],
+    extras: dict[str, Any] | None = None,
+    enforce_eager: bool = False,
 ) -> dict[str, Any]:
     """One contender's app config: the main job's config with another policy and, from
     ``extras``, other ``nightjar:`` fields (``nightjar-elastic``: elastic memory on)."""
@@ -82,6 +92,8 @@ def contender_args(
     # NOTE: every contender is resident at once; 128 blocks of vLLM's CPU block size
     # (128 tokens) hold 16k tokens, the scenarios' peak concurrency, and no more.
     args["engine_kwargs"]["num_gpu_blocks_override"] = KV_BLOCKS
+    if enforce_eager:
+        args["engine_kwargs"]["enforce_eager"] = True
     nightjar = {**args["nightjar"], "policy": policy, "policy_params": params}
     args["nightjar"] = {**nightjar, **(extras or {})}
     return args
@@ -96,7 +108,7 @@ def _start(http_port: int, max_apps: int) -> str:
     return f"http://127.0.0.1:{http_port}"
 
 
-def _deploy(pair: str, names: list[str]) -> None:
+def _deploy(pair: str, names: list[str], enforce_eager: bool) -> None:
     from ray import serve
 
     from nightjar_ray.serve import build_app
@@ -104,7 +116,8 @@ def _deploy(pair: str, names: list[str]) -> None:
     for name in names:
         policy, params = CONTENDERS[name]
         print(f"deploying {name} ({policy} {params or ''})", file=sys.stderr, flush=True)
-        app = build_app(contender_args(pair, policy, params, CONTENDER_EXTRAS.get(name)))
+        extras = CONTENDER_EXTRAS.get(name)
+        app = build_app(contender_args(pair, policy, params, extras, enforce_eager))
         serve.run(app, name=name, route_prefix=f"/{name}")
 
 
@@ -226,7 +239,7 @@ def _measure(
     started = time.time()
     for i, names in enumerate(waves):
         print(f"wave {i}: {','.join(names)}", file=sys.stderr, flush=True)
-        _deploy(args.pair, names)
+        _deploy(args.pair, names, args.enforce_eager)
         if capacity is None:
             capacity = _calibrate(url, min(args.duration_s, 60.0))
             print(f"capacity: {capacity:.3f} requests/s", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
-"""`nightjar-ray bench-serve` end to end on real Ray Serve and vLLM (tiny pair, three
-contenders, `off`, nightjar with elastic memory and fixed-1, at most two apps resident, so
-two waves; one short scenario, two rounds): every contender is its own app under its route,
+"""`nightjar-ray bench-serve` end to end on real Ray Serve and vLLM (tiny pair, eager
+engines, three contenders, `off`, nightjar with elastic memory and fixed-1, at most two apps
+resident, so two waves; one short scenario, two rounds): every contender is its own app under its route,
 each round's requests reach every app of the wave, `off` runs in both waves, the report and
 JSON are written, each app's counters come from its policy actor, and `--render` rebuilds
 the same report from the JSON without a cluster."""
@@ -28,7 +28,7 @@ def test_bench_serve_runs_interleaved_rounds_and_writes_the_report(
     cmd = [
         sys.executable, "-m", "nightjar_ray.cli.main", "bench-serve", "--pair", "tiny",
         "--contenders", "off,nightjar-elastic,fixed-1", "--max-resident", "2",
-        "--scenarios", "low", "--rounds", "2",
+        "--scenarios", "low", "--rounds", "2", "--enforce-eager",
         "--duration-s", "5", "--capacity-rps", "3", "--http-port", str(free_port()),
         "--out", str(tmp_path / "out"), "--report", str(report),
     ]  # fmt: skip
