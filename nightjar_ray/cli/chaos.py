@@ -85,7 +85,7 @@ def _deploy(
     import ray
     from ray import serve
 
-    from nightjar_ray.cli.chaos_nodes import pin_one_replica_per_node
+    from nightjar_ray.cli.chaos_nodes import app_with_ingress_on_head, pin_one_replica_per_node
     from nightjar_ray.cli.demo import demo_app_args
     from nightjar_ray.serve import build_app
 
@@ -110,7 +110,8 @@ def _deploy(
         app_args["nightjar"]["testing"] = MEMORY_CHAOS["testing"]
     route = "/" if name == APP else f"/{name}"
     print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
-    serve.run(build_app(app_args), name=name, route_prefix=route)
+    app = build_app(app_args) if cluster is None else app_with_ingress_on_head(app_args)
+    serve.run(app, name=name, route_prefix=route)
     return f"http://127.0.0.1:{args.http_port}{'' if route == '/' else route}"
 
 
@@ -225,8 +226,17 @@ def _run(args: argparse.Namespace, cluster: LocalCluster | None) -> int:
         args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s,
         client_timeout_s=args.client_timeout_s,
     )  # fmt: skip
-    late = [r.req_id for r in run_result.records if not r.ok and r.sent_s > report.fault_at_s + 1.0]
-    out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
+    # in flight on a lost replica: sent before the fault, or within 1 s (the router learns
+    # of the loss) but not after a later fault (the actor kill of actor-kill-node-down)
+    grace_s = min(1.0, facts.get("actor_killed_after_s", 1.0))
+    failed = [r for r in run_result.records if not r.ok]
+    late = [r.req_id for r in failed if r.sent_s > report.fault_at_s + grace_s]
+    out = {
+        **asdict(report),
+        "failed_requests": [(r.req_id, round(r.sent_s, 3), r.status) for r in failed],
+        "failed_after_fault": late,
+        "wall_s": time.time() - started,
+    }
     if facts:
         out["fault"] = facts
     if args.scenario == "memory":

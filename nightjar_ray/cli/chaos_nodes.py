@@ -3,8 +3,8 @@
 The head (Serve's controller and proxy, the policy actor, the ingress) and two worker
 nodes each advertise one :data:`REPLICA_SLOT`; the two replicas ask for one slot each,
 so they run on two nodes and the third node's slot is free for a replica that loses
-its node. A worker node has exactly the CPUs one replica's placement group takes, so
-nothing but a replica lands there.
+its node. The OpenAI ingress is pinned to the head and a worker node has exactly the
+CPUs one replica's placement group takes, so nothing but a replica lands on a worker.
 
 - ``node-loss``: remove the worker node of one replica (its processes are stopped, as
   when a node is drained or its pod deleted). Recovered: Serve runs two healthy replicas
@@ -37,12 +37,30 @@ def pin_one_replica_per_node(app_args: dict[str, Any]) -> None:
     app_args["placement_group_config"] = {"bundles": [{"CPU": 1, REPLICA_SLOT: 1}]}
 
 
+def app_with_ingress_on_head(app_args: dict[str, Any]) -> Any:
+    """``build_app``'s application with the OpenAI ingress on the head node.
+
+    NOTE: Serve spreads the ingress over the nodes; on a worker it would take a CPU a
+    replica needs there, and the node loss would take the ingress with the replica.
+    """
+    from ray.serve.llm import build_openai_app
+
+    from nightjar_ray.serve.config import parse_app_config
+    from nightjar_ray.serve.policy_actor import HEAD_NODE_RESOURCE
+
+    ingress = {"ray_actor_options": {"resources": {HEAD_NODE_RESOURCE: 0.001}}}
+    llm_config = parse_app_config(app_args).llm_config
+    return build_openai_app({"llm_configs": [llm_config], "ingress_deployment_config": ingress})
+
+
 def node_fault(
     scenario: str, app: str, cluster: LocalCluster, replicas: int
 ) -> tuple[Callable[[], None], Callable[[], bool], dict[str, Any]]:
-    """(fault, recovered, facts): ``facts`` fills in as the fault runs (JSON values: the
-    lost replica and node, for ``actor-kill-node-down`` the actor's recovery seconds)."""
-    facts: dict[str, Any] = {}
+    """(fault, recovered, facts): ``facts`` fills in as the fault runs (JSON values, node
+    IDs: the head, the lost replica and its node, where the replicas run after recovery;
+    for ``actor-kill-node-down`` the seconds from the node loss to the actor kill, and
+    from the kill to the actor restored on the head and synced)."""
+    facts: dict[str, Any] = {"head_node": cluster.head_node_id}
     at: dict[str, float] = {}
 
     def lose_node() -> None:
@@ -51,9 +69,12 @@ def node_fault(
     if scenario == "node-loss":
 
         def recovered() -> bool:
-            return "lost_node" in facts and faults.replicas_moved(
+            if "lost_node" not in facts or not faults.replicas_moved(
                 app, facts["lost_replica"], facts["lost_node"], replicas
-            )
+            ):
+                return False
+            facts["replica_nodes_after"] = faults.replica_nodes(app)
+            return True
 
         return lose_node, recovered, facts
 
@@ -76,6 +97,7 @@ def node_fault(
             facts["actor_off_head"] = True
             return False
         facts.setdefault("actor_recovery_s", time.time() - at["killed"])
+        facts["actor_node_after"] = cluster.head_node_id
         return True
 
     return fault, actor_recovered, facts

@@ -236,6 +236,12 @@ def _in_flight_at(run: Any, at_s: float) -> set[int]:
     }
 
 
+def test_only_a_live_worker_node_can_be_removed(cluster: Cluster) -> None:
+    with pytest.raises(ValueError, match=r"node_id: .* is not a live worker node"):
+        cluster.nodes.remove_node(cluster.head_node_id)
+    assert cluster.nodes.worker_node_ids == [cluster.worker_node_id, cluster.spare_node_id]
+
+
 def test_losing_a_worker_node_under_load_brings_its_replica_back_on_the_spare(
     cluster: Cluster, settled: dict[str, Any]
 ) -> None:
