@@ -12,6 +12,10 @@ and whether every successful greedy output equals its prompt's reference.
 ``rank-kill`` serves the 32B preset's shape on the pair (tensor parallelism 2, ranks as
 actors of vLLM's Ray executor on the CPU platform, ``engine/ray_cpu.py``) and kills one
 rank's actor; goal: the replica fails fast and Serve replaces it, no request hangs.
+``node-loss`` and ``actor-kill-node-down`` build a three-node cluster on this machine
+(``cli/chaos_nodes.py``), two replicas one per node, and remove the node of one replica
+(then, for the second, kill the policy actor while that node is down); goal: only
+requests in flight on the lost replica fail, and it comes back on the spare node.
 Every request runs under ``--client-timeout-s``: one that gets no byte for that long
 counts as hung, and any hung request fails the run.
 """
@@ -24,12 +28,17 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nightjar_ray.cli.chaos_nodes import NODE_SCENARIOS
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
 
+if TYPE_CHECKING:
+    from nightjar_ray.cli.local_cluster import LocalCluster
+
 APP = "chaos"
-SCENARIOS = ("actor-kill", "replica-kill", "memory", "rank-kill")
+SCENARIOS = ("actor-kill", "replica-kill", "memory", "rank-kill", *NODE_SCENARIOS)
+TWO_REPLICAS = ("replica-kill", *NODE_SCENARIOS)
 NUM_RANKS = 2
 """Tensor-parallel ranks of the ``rank-kill`` deployment."""
 MEMORY_CHAOS: dict[str, Any] = {
@@ -47,7 +56,7 @@ every 3 steps, the draft offloaded and reloaded every 8 steps."""
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "chaos",
-        help="Faults under load: kill the policy actor or a replica, force memory events.",
+        help="Faults under load: kill the policy actor, a replica, a rank, a node; memory events.",
     )
     p.add_argument("--scenario", choices=SCENARIOS, required=True)
     p.add_argument("--pair", choices=("default", "tiny"), default="tiny")
@@ -67,15 +76,24 @@ def register(subparsers: Any) -> None:
 
 
 def _deploy(
-    args: argparse.Namespace, replicas: int, name: str = APP, memory_chaos: bool = False
+    args: argparse.Namespace,
+    replicas: int,
+    name: str = APP,
+    memory_chaos: bool = False,
+    cluster: LocalCluster | None = None,
 ) -> str:
     import ray
     from ray import serve
 
+    from nightjar_ray.cli.chaos_nodes import app_with_ingress_on_head, pin_one_replica_per_node
     from nightjar_ray.cli.demo import demo_app_args
     from nightjar_ray.serve import build_app
 
-    if not ray.is_initialized():
+    if cluster is not None and not ray.is_initialized():
+        ray.init(address=cluster.address, log_to_driver=False)
+        http = {"host": "127.0.0.1", "port": args.http_port}
+        serve.start(proxy_location="HeadOnly", http_options=http)
+    elif not ray.is_initialized():
         ranks: dict[str, float] = (
             {RAY_CPU_RESOURCE: NUM_RANKS} if args.scenario == "rank-kill" else {}
         )
@@ -85,12 +103,15 @@ def _deploy(
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     if args.scenario == "rank-kill":
         _ranks_on_ray(app_args)
+    if cluster is not None:
+        pin_one_replica_per_node(app_args)
     if memory_chaos:
         app_args["engine_kwargs"].update(MEMORY_CHAOS["engine_kwargs"])
         app_args["nightjar"]["testing"] = MEMORY_CHAOS["testing"]
     route = "/" if name == APP else f"/{name}"
     print(f"deploying {name}: {replicas} replica(s) of the {args.pair} pair...", file=sys.stderr)
-    serve.run(build_app(app_args), name=name, route_prefix=route)
+    app = build_app(app_args) if cluster is None else app_with_ingress_on_head(app_args)
+    serve.run(app, name=name, route_prefix=route)
     return f"http://127.0.0.1:{args.http_port}{'' if route == '/' else route}"
 
 
@@ -105,7 +126,9 @@ def _ranks_on_ray(app_args: dict[str, Any]) -> None:
     app_args["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] = binding
 
 
-def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tuple[str, Any]:
+def _references(
+    args: argparse.Namespace, prompts: list[tuple[int, ...]], cluster: LocalCluster | None
+) -> tuple[str, Any]:
     """Deploy the app and take each prompt's greedy reference; for ``memory`` from a
     separate app without elastic memory (deleted afterwards), the same engine otherwise."""
     from ray import serve
@@ -113,9 +136,9 @@ def _references(args: argparse.Namespace, prompts: list[tuple[int, ...]]) -> tup
     from nightjar_ray.cli.demo import MODEL_ID
     from nightjar_ray.loadgen.chaos import reference_texts
 
-    replicas = 2 if args.scenario == "replica-kill" else 1
+    replicas = 2 if args.scenario in TWO_REPLICAS else 1
     if args.scenario != "memory":
-        url = _deploy(args, replicas)
+        url = _deploy(args, replicas, cluster=cluster)
         return url, reference_texts(url, MODEL_ID, prompts, args.max_tokens)
     ref_url = _deploy(args, 1, name=f"{APP}-reference")
     references = reference_texts(ref_url, MODEL_ID, prompts, args.max_tokens)
@@ -167,21 +190,55 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenario not in NODE_SCENARIOS:
+        return _run(args, None)
+    import ray
+    from ray import serve
+
+    from nightjar_ray.cli.chaos_nodes import HEAD, NUM_WORKERS, WORKER
+    from nightjar_ray.cli.local_cluster import local_cluster
+
+    print(f"starting a local cluster: a head and {NUM_WORKERS} worker nodes", file=sys.stderr)
+    with local_cluster(HEAD, [WORKER] * NUM_WORKERS) as cluster:
+        try:
+            return _run(args, cluster)
+        finally:
+            serve.shutdown()  # type: ignore[no-untyped-call]
+            ray.shutdown()
+
+
+def _run(args: argparse.Namespace, cluster: LocalCluster | None) -> int:
+    from nightjar_ray.cli.chaos_nodes import node_fault
     from nightjar_ray.cli.demo import MODEL_ID
     from nightjar_ray.loadgen.chaos import chaos_requests, run_chaos
 
-    replicas = 2 if args.scenario == "replica-kill" else 1
+    replicas = 2 if args.scenario in TWO_REPLICAS else 1
     prompts = [tuple(range(20 + i, 60 + i)) for i in range(4)]
-    url, references = _references(args, prompts)
+    url, references = _references(args, prompts, cluster)
     requests = chaos_requests(prompts, args.rate, args.duration_s, args.max_tokens, seed=0)
-    fault, recovered = _fault(args.scenario, replicas)
+    facts: dict[str, Any] = {}
+    if cluster is not None:
+        fault, recovered, facts = node_fault(args.scenario, APP, cluster, replicas)
+    else:
+        fault, recovered = _fault(args.scenario, replicas)
     started = time.time()
     report, run_result = run_chaos(
         args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s,
         client_timeout_s=args.client_timeout_s,
     )  # fmt: skip
-    late = [r.req_id for r in run_result.records if not r.ok and r.sent_s > report.fault_at_s + 1.0]
-    out = {**asdict(report), "failed_after_fault": late, "wall_s": time.time() - started}
+    # in flight on a lost replica: sent before the fault, or within 1 s (the router learns
+    # of the loss) but not after a later fault (the actor kill of actor-kill-node-down)
+    grace_s = min(1.0, facts.get("actor_killed_after_s", 1.0))
+    failed = [r for r in run_result.records if not r.ok]
+    late = [r.req_id for r in failed if r.sent_s > report.fault_at_s + grace_s]
+    out = {
+        **asdict(report),
+        "failed_requests": [(r.req_id, round(r.sent_s, 3), r.status) for r in failed],
+        "failed_after_fault": late,
+        "wall_s": time.time() - started,
+    }
+    if facts:
+        out["fault"] = facts
     if args.scenario == "memory":
         from nightjar_ray.cli import faults
 
@@ -191,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     ok = report.recovery_s is not None and report.num_mismatched == 0 and report.num_hung == 0
     if args.scenario in ("actor-kill", "memory"):
         ok = ok and report.num_failed == 0
-    elif args.scenario == "replica-kill":
+    elif args.scenario in TWO_REPLICAS:  # only requests in flight on the lost replica fail
         ok = ok and not late
     # rank-kill: the only replica is replaced, so requests may fail meanwhile (none may hang)
     return 0 if ok else 1

@@ -8,9 +8,12 @@ faults) and ``nightjar-ray bench-serve`` (the policy actor's status); nothing un
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightjar_ray.serve.context import NAMESPACE
+
+if TYPE_CHECKING:
+    from nightjar_ray.cli.local_cluster import LocalCluster
 
 REPLICA_PREFIX = "SERVE_REPLICA::"
 LLM_DEPLOYMENT = "NightjarLLMServer"
@@ -145,3 +148,61 @@ def ranks_replaced(app: str, killed: str, num_ranks: int) -> bool:
     if killed in names or len(names) < num_ranks:
         return False
     return replicas_replaced(app, "", 1)
+
+
+def actor_node(handle: Any) -> str:
+    """The node an actor runs on, asked of the actor itself."""
+    import ray
+
+    def node_of(_actor: Any) -> str:  # nested: Ray ships it by value, not by this module
+        import ray
+
+        node_id: str = ray.get_runtime_context().get_node_id()
+        return node_id
+
+    node_id: str = ray.get(handle.__ray_call__.remote(node_of), timeout=60)
+    return node_id
+
+
+def replica_groups(app: str) -> dict[str, dict[str, Any]]:
+    """Replica ID -> the placement group of a placed Nightjar replica (Serve names the
+    group after the replica actor; a group whose node was lost is not ``CREATED``)."""
+    from ray.util import placement_group_table
+
+    prefix = f"{REPLICA_PREFIX}{app}#{LLM_DEPLOYMENT}"
+    return {
+        pg["name"].rsplit("#", 1)[-1]: pg
+        for pg in placement_group_table().values()
+        if pg["name"].startswith(prefix) and pg["state"] == "CREATED"
+    }
+
+
+def replica_nodes(app: str) -> dict[str, str]:
+    """Replica ID -> the node its replica (bundle 0 of its placement group) runs on."""
+    return {r: pg["bundles_to_node_id"][0] for r, pg in replica_groups(app).items()}
+
+
+def remove_node_of_one_replica(app: str, cluster: LocalCluster) -> tuple[str, str]:
+    """Remove the worker node of one Nightjar replica (not the head, which holds Serve's
+    controller and the policy actor); returns (replica ID, node ID)."""
+    on_workers = sorted(
+        (node, replica)
+        for replica, node in replica_nodes(app).items()
+        if node in cluster.worker_node_ids
+    )
+    if not on_workers:
+        raise RuntimeError(f"no replica of app {app!r} runs on a worker node")
+    node, replica = on_workers[0]
+    cluster.remove_node(node)
+    return replica, node
+
+
+def replicas_moved(app: str, lost_replica: str, lost_node: str, target: int) -> bool:
+    """Serve runs ``target`` healthy Nightjar replicas again, none of them ``lost_replica``
+    and none on ``lost_node``."""
+    nodes = replica_nodes(app)
+    if lost_replica in nodes or lost_node in nodes.values() or len(nodes) < target:
+        return False
+    if any(name.endswith(f"#{lost_replica}") for name in llm_replicas(app)):
+        return False
+    return replicas_replaced(app, "", target)
