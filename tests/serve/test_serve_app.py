@@ -420,7 +420,7 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
     assert report.num_compared > 0 and report.num_mismatched == 0, report
     for r in run.records:
         if not r.ok:  # sent before the kill (in flight on the killed replica)
-            assert r.start_s <= report.fault_at_s + 1.0, (r.status, r.start_s, report)
+            assert r.sent_s <= report.fault_at_s + 1.0, (r.status, r.sent_s, report)
     assert report.num_failed < len(run.records) / 2, report
 
 
