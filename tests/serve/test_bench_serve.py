@@ -1,9 +1,9 @@
 """`nightjar-ray bench-serve` end to end on real Ray Serve and vLLM (tiny pair, eager
 engines, three contenders, `off`, nightjar with elastic memory and fixed-1, at most two apps
-resident, so two waves; one short scenario, two rounds): every contender is its own app under its route,
-each round's requests reach every app of the wave, `off` runs in both waves, the report and
-JSON are written, each app's counters come from its policy actor, and `--render` rebuilds
-the same report from the JSON without a cluster."""
+resident, so two waves; one short scenario, two rounds): every contender is its own app
+under its route, each round's requests reach every app of the wave, `off` runs in both
+waves, the report and JSON are written, each app's counters come from its policy actor, and
+`--render` rebuilds the same report from the JSON without a cluster."""
 
 from __future__ import annotations
 
