@@ -3,7 +3,10 @@ engines, three contenders, `off`, nightjar with elastic memory and fixed-1, at m
 resident, so two waves; one short scenario, two rounds): every contender is its own app
 under its route, each round's requests reach every app of the wave, `off` runs in both
 waves, the report and JSON are written, each app's counters come from its policy actor, and
-`--render` rebuilds the same report from the JSON without a cluster."""
+`--render` rebuilds the same report from the JSON without a cluster.
+
+The end-to-end run deploys three apps (about 4 minutes on 2 cores), so it is a `research`
+test (`make bench-research`); the default suite renders a recorded run's JSON."""
 
 from __future__ import annotations
 
@@ -17,9 +20,31 @@ import pytest
 
 from tests.support import free_port
 
-pytestmark = pytest.mark.engine
+RECORDED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "bench-serve.json"
 
 
+def test_render_rebuilds_the_report_of_a_recorded_run_without_a_cluster(tmp_path: Path) -> None:
+    report = tmp_path / "benchmarks.md"
+    report.write_text("# Benchmarks\n")
+    render = [
+        sys.executable, "-m", "nightjar_ray.cli.main", "bench-serve", "--render", str(RECORDED),
+        "--out", str(tmp_path / "out"), "--report", str(report),
+    ]  # fmt: skip
+    proc = subprocess.run(render, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(RECORDED.read_text())
+    text = report.read_text()
+    assert "<!-- bench-serve:start -->" in text and "**throughput**" in text
+    scenarios = [k for k in data if k != "meta"]
+    header = "| policy | " + " | ".join(scenarios) + " |"
+    assert text.count(header) >= 2  # throughput and mean E2E, a column per scenario
+    for contender in set(data[scenarios[0]]) - {"off"}:  # ratios to `off`, a row each
+        assert f"| {contender} | " in text
+    assert (tmp_path / "out" / "ratios.png").stat().st_size > 0
+
+
+@pytest.mark.engine
+@pytest.mark.research
 def test_bench_serve_runs_interleaved_rounds_and_writes_the_report(
     nightjar_cache: Path, tmp_path: Path
 ) -> None:
