@@ -102,7 +102,7 @@ def _deploy(
     app_args = demo_app_args(args.pair, replicas)
     app_args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     if args.scenario == "rank-kill":
-        _ranks_on_ray(app_args)
+        ranks_on_ray(app_args)
     if cluster is not None:
         pin_one_replica_per_node(app_args)
     if memory_chaos:
@@ -115,7 +115,7 @@ def _deploy(
     return f"http://127.0.0.1:{args.http_port}{'' if route == '/' else route}"
 
 
-def _ranks_on_ray(app_args: dict[str, Any]) -> None:
+def ranks_on_ray(app_args: dict[str, Any]) -> None:
     """The 32B TP=2 preset's engine keys, CPU values: one bundle and one core per rank."""
     app_args["engine_kwargs"].update(
         tensor_parallel_size=NUM_RANKS, distributed_executor_backend="ray"

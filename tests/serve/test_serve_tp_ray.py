@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from nightjar_ray.cli import faults
+from nightjar_ray.cli.chaos import NUM_RANKS, ranks_on_ray
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
 from nightjar_ray.models.pair import generate_pair
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
@@ -31,7 +32,6 @@ from .conftest import MODEL_ID, app_args, post
 pytestmark = pytest.mark.engine
 
 APP = "njtp"
-NUM_RANKS = 2
 PROMPTS = [[(7 * i + 3 * j) % 1000 + 2 for j in range(5 + 9 * i)] for i in range(6)]
 MAX_TOKENS = 40
 CLIENT_TIMEOUT_S = 120.0
@@ -44,11 +44,7 @@ def tp_args(snapshot_dir: Path) -> dict[str, Any]:
         snapshot_dir,
         testing={"chaos_cycle_steps": 5, "chaos_offload_steps": 9, "self_check": True},
     )
-    engine = args["engine_kwargs"]
-    engine.update(tensor_parallel_size=NUM_RANKS, distributed_executor_backend="ray")
-    engine["speculative_config"]["draft_tensor_parallel_size"] = NUM_RANKS
-    args["placement_group_config"] = {"bundles": [{"CPU": 1, RAY_CPU_RESOURCE: 1}] * NUM_RANKS}
-    args["runtime_env"]["env_vars"]["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"  # a core per rank
+    ranks_on_ray(args)  # the chaos command's rank-kill deployment, on the test pair
     return args
 
 
