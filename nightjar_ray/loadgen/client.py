@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,10 +42,35 @@ TIMEOUT_STATUS = "timeout"
 """A request's status when the server sent no byte within the session's timeout."""
 
 
-def open_session(timeout_s: float = 600.0) -> aiohttp.ClientSession:
+API_KEY_ENV = "NIGHTJAR_API_KEY"
+"""Environment variable holding the endpoint's API key; the server requires it when set
+(``serve/auth.py`` reads the same name) and every client command sends it."""
+
+
+def request_headers(header_args: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Headers every request carries: ``Authorization: Bearer $NIGHTJAR_API_KEY`` when
+    that variable is set, then each ``"Name: value"`` of ``header_args`` (a ``--header``
+    repeated), which wins over the key. Raises ``ValueError`` naming a malformed one."""
+    headers: dict[str, str] = {}
+    key = environ.get(API_KEY_ENV)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    for arg in header_args:
+        name, sep, value = arg.partition(":")
+        if not sep or not name.strip() or name.strip() != name.rstrip():
+            raise ValueError(f"--header {arg!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def open_session(
+    timeout_s: float = 600.0, headers: Mapping[str, str] | None = None
+) -> aiohttp.ClientSession:
     """A session for many concurrent streams: no connection limit; ``timeout_s`` to
-    connect and between two reads. Open it inside the event loop that uses it."""
+    connect and between two reads; ``headers`` on every request (see
+    :func:`request_headers`). Open it inside the event loop that uses it."""
     return aiohttp.ClientSession(
+        headers=dict(headers or {}),
         connector=aiohttp.TCPConnector(limit=0),
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s),
         read_bufsize=READ_BUFFER_BYTES,

@@ -81,3 +81,18 @@ def test_synthetic_requests_follow_the_flags() -> None:
     assert all(5 <= len(p) <= 9 for p in prompts)
     assert all(10 <= t < 1000 for p in prompts for t in p)
     assert build_requests(args) == requests  # seeded
+
+
+def test_request_headers_carry_the_api_key_from_the_environment_and_each_header() -> None:
+    from nightjar_ray.loadgen.client import request_headers
+
+    assert request_headers([], {}) == {}
+    assert request_headers([], {"NIGHTJAR_API_KEY": "k1"}) == {"Authorization": "Bearer k1"}
+    assert request_headers(
+        ["Authorization: Bearer k2", "X-Team:  a b "], {"NIGHTJAR_API_KEY": "k1"}
+    ) == {
+        "Authorization": "Bearer k2",
+        "X-Team": "a b",
+    }
+    with pytest.raises(ValueError, match="--header 'nocolon'"):
+        request_headers(["nocolon"], {})
