@@ -52,12 +52,9 @@ from nightjar_ray.policy import StepResult
 from nightjar_ray.policy.pooling import stats_fingerprint
 from nightjar_ray.serve.context import NAMESPACE, ServeContext, policy_actor_name
 from nightjar_ray.serve.link import ServeLink
-from nightjar_ray.serve.policy_actor import (
-    PolicyActor,
-    get_or_create_policy_actor,
-    snapshot_path,
-)
+from nightjar_ray.serve.policy_actor import PolicyActor, get_or_create_policy_actor
 from nightjar_ray.serve.policy_pool import SNAPSHOT_INTERVAL_S, PolicyPool
+from nightjar_ray.serve.policy_snapshot import snapshot_location
 
 KEEP_UP_RATE_FRACTION = 0.9
 LATE_FRACTION = 0.1
@@ -75,10 +72,11 @@ class TimedPolicyPool(PolicyPool):
         super().__init__(fingerprint, path, clock=time.time, snapshot_interval_s=interval_s)
         self.snapshot_writes: list[tuple[float, float]] = []
 
-    def _save(self) -> None:
+    def _save(self) -> bool:
         t0 = time.perf_counter()
-        super()._save()
+        saved = super()._save()
         self.snapshot_writes.append((time.time(), time.perf_counter() - t0))
+        return saved
 
 
 class TimedPolicyActor(PolicyActor):
@@ -365,7 +363,7 @@ def run_scale(num_replicas: int, args: argparse.Namespace) -> dict[str, Any]:
         end_s = measure_from_s + args.duration_s
         callers = ray.get([f.run.remote(start_s, measure_from_s, end_s) for f in fleets])
         timings = ray.get(actor.timings.remote())
-        path = Path(snapshot_path(snapshot_dir, actor_name))
+        path = Path(snapshot_location(snapshot_dir, actor_name))
         snapshot_bytes = path.stat().st_size if path.is_file() else None
     finally:
         for handle in [*fleets, actor]:

@@ -58,11 +58,13 @@ class PoolingConfig(BaseModel):
     )
     snapshot_dir: str = Field(
         default="/tmp/nightjar-ray/policy-pool",
-        min_length=1,
+        pattern=r"^(/|file:///|s3://[^/?]+|gs://[^/?]+)",
         description=(
-            "Directory where the policy actor snapshots the policy pool (when it changed, at "
-            "most once a second) and restores it from when it restarts (mount a volume here "
-            "on Kubernetes)."
+            "Where the policy actor snapshots the policy pool (when it changed, at most once "
+            "a second) and restores it from when it restarts: an absolute directory on the "
+            "actor's node (on Kubernetes, a volume mounted there), a file:/// URI, or an "
+            "object store prefix s3://bucket/prefix or gs://bucket/prefix (credentials from "
+            "the environment; query options such as ?endpoint_override= go to pyarrow.fs)."
         ),
     )
     actor_node: Literal["head", "any"] = Field(

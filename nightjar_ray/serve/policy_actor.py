@@ -3,24 +3,25 @@
 It wraps :class:`~nightjar_ray.serve.policy_pool.PolicyPool`. Replicas create it on
 start-up if it does not exist yet (``get_if_exists``), so deploying an app never
 leaves an actor behind when the config is invalid. It restarts on failure
-(``max_restarts=-1``) and restores its pool from the snapshot file. With
+(``max_restarts=-1``) and restores its pool from its snapshot (a local file or an
+object-store object under ``pooling.snapshot_dir``, ``policy_snapshot.py``). With
 ``pooling.actor_node: head`` (the default) it runs on the Ray head node.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from nightjar_ray.serve.policy_pool import PolicyPool
+from nightjar_ray.serve.policy_snapshot import snapshot_location
 
 
 class PolicyActor:
     """Ray actor body (see module docstring); every method is a remote call."""
 
-    def __init__(self, fingerprint: dict[str, Any], snapshot_path: str | None) -> None:
-        self._pool = PolicyPool(fingerprint, snapshot_path, clock=time.time)
+    def __init__(self, fingerprint: dict[str, Any], snapshot_location: str | None) -> None:
+        self._pool = PolicyPool(fingerprint, snapshot_location, clock=time.time)
 
     def exchange(
         self, replica: str, fingerprint: dict[str, Any], delta: dict[str, Any]
@@ -40,10 +41,6 @@ HEAD_NODE_RESOURCE = "node:__internal_head__"
 to the head with it)."""
 
 
-def snapshot_path(snapshot_dir: str, actor_name: str) -> str:
-    return str(Path(snapshot_dir) / f"{actor_name}.json")
-
-
 def get_or_create_policy_actor(
     name: str,
     namespace: str,
@@ -54,6 +51,7 @@ def get_or_create_policy_actor(
     actor_cls: type[PolicyActor] = PolicyActor,
 ) -> Any:
     """Handle of the named actor, created (detached, restartable, 0 CPUs) if absent;
+    ``snapshot_dir``: a local directory or an object-store URI (``pooling.snapshot_dir``);
     ``on_head``: it asks for a sliver of :data:`HEAD_NODE_RESOURCE`, so it runs on the head.
 
     ``actor_cls``: the actor body; a benchmark passes a subclass that times its own work.
@@ -78,4 +76,4 @@ def get_or_create_policy_actor(
         num_cpus=0,
         resources={HEAD_NODE_RESOURCE: 0.001} if on_head else {},
         scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=None),  # type: ignore[arg-type]
-    ).remote(fingerprint, snapshot_path(snapshot_dir, name))
+    ).remote(fingerprint, snapshot_location(snapshot_dir, name))

@@ -2,14 +2,14 @@
 
 :class:`PolicyPool` merges the deltas replicas push (``policy.pooling``),
 refuses payloads of another configuration or malformed ones, keeps per-replica
-accounting, and snapshots itself to disk when it changed, at most once every
-``snapshot_interval_s``, so a restarted actor loses at most that many seconds of
-acknowledged observations::
+accounting, and snapshots itself (a local file or an object-store object,
+``policy_snapshot.py``) when it changed, at most once every ``snapshot_interval_s``, so a
+restarted actor loses at most that many seconds of acknowledged observations::
 
     exchange(replica, fingerprint, delta) -> pooled table
       fingerprint == ours?  parse + check every cell   (else ValueError: pool untouched)
       pool = pool.merge(delta)
-      changed and last write >= snapshot_interval_s ago?  write snapshot (atomic rename)
+      changed and last write >= snapshot_interval_s ago?  write snapshot (whole or not at all)
       return pool
 
 The Ray actor (``policy_actor.py``) is a thin wrapper; tests drive this class
@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from nightjar_ray.policy.pooling import parse_stats
 from nightjar_ray.policy.stats import PolicyStats
+from nightjar_ray.serve.policy_snapshot import SnapshotFile
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +64,12 @@ class PolicyPool:
     def __init__(
         self,
         fingerprint: dict[str, Any],
-        snapshot_path: str | None,
+        snapshot_location: str | None,
         clock: Callable[[], float],
         snapshot_interval_s: float = SNAPSHOT_INTERVAL_S,
     ) -> None:
         self.fingerprint = dict(fingerprint)
-        self._path = None if snapshot_path is None else Path(snapshot_path)
+        self._snapshot = None if snapshot_location is None else SnapshotFile(snapshot_location)
         self._clock = clock
         self._snapshot_interval_s = snapshot_interval_s
         self._last_save_s = -math.inf
@@ -78,6 +77,8 @@ class PolicyPool:
         self.pool = PolicyStats(str(fingerprint["policy"]))
         self.replicas: dict[str, ReplicaRecord] = {}
         self.num_rejected = 0
+        self.num_snapshot_failures = 0
+        """Snapshot writes that failed (the next exchange due retries; the pool is kept)."""
         self.restored = self._restore()
 
     def exchange(
@@ -106,8 +107,8 @@ class PolicyPool:
         record.num_exchanges += 1
         now_s = record.last_exchange_s = self._clock()
         if self._unsaved and now_s - self._last_save_s >= self._snapshot_interval_s:
-            self._save()
-            self._last_save_s, self._unsaved = now_s, False
+            self._last_save_s = now_s
+            self._unsaved = not self._save()
         return self.pool.to_json()
 
     def report(self, replica: str, telemetry: dict[str, Any]) -> None:
@@ -117,44 +118,57 @@ class PolicyPool:
         record.last_report_s = self._clock()
 
     def status(self) -> dict[str, Any]:
-        """Pool size, per-replica accounting and whether it was restored from disk."""
+        """Pool size, per-replica accounting and whether it was restored from a snapshot."""
         return {
             "fingerprint": self.fingerprint,
             "pool_count": total_count(self.pool),
             "restored": self.restored,
             "num_rejected": self.num_rejected,
+            "num_snapshot_failures": self.num_snapshot_failures,
             "now_s": self._clock(),
             "replicas": {name: asdict(rec) for name, rec in sorted(self.replicas.items())},
         }
 
-    def _save(self) -> None:
-        if self._path is None:
-            return
+    def _save(self) -> bool:
+        """Write the snapshot; ``False`` if the store refused it (the exchange that was
+        merged stays acknowledged: a failed write must not make a replica push it again)."""
+        if self._snapshot is None:
+            return True
         data = {
             "version": POOL_SNAPSHOT_VERSION,
             "fingerprint": self.fingerprint,
             "pool": self.pool.to_json(),
             "pushed": {name: rec.pushed_count for name, rec in self.replicas.items()},
         }
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self._path)
+        try:
+            self._snapshot.write_text(json.dumps(data))
+        except (OSError, ValueError) as e:  # pyarrow: ArrowIOError, ArrowInvalid
+            self.num_snapshot_failures += 1
+            logger.warning(
+                "nightjar: policy pool snapshot %s not written: %s", self._snapshot.location, e
+            )
+            return False
+        return True
 
     def _restore(self) -> bool:
-        if self._path is None or not self._path.is_file():
+        if self._snapshot is None:
             return False
         try:
-            data = json.loads(self._path.read_text())
+            text = self._snapshot.read_text()
+            if text is None:
+                return False
+            data = json.loads(text)
             if data.get("version") != POOL_SNAPSHOT_VERSION:
                 raise ValueError(f"snapshot version {data.get('version')!r}")
             if data.get("fingerprint") != self.fingerprint:
                 raise ValueError(f"snapshot fingerprint {data.get('fingerprint')}")
             self.pool = parse_stats(data["pool"], self.fingerprint)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            logger.warning("nightjar: ignoring policy pool snapshot %s: %s", self._path, e)
+            logger.warning(
+                "nightjar: ignoring policy pool snapshot %s: %s", self._snapshot.location, e
+            )
             return False
         for name, count in data.get("pushed", {}).items():
             self.replicas[name] = ReplicaRecord(pushed_count=float(count))
-        logger.info("nightjar: restored policy pool from %s", self._path)
+        logger.info("nightjar: restored policy pool from %s", self._snapshot.location)
         return True
