@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test tools lint typecheck unit unit-shuffled bench-research bench-policy \
+.PHONY: demo test tools lint typecheck generate unit unit-shuffled bench-research bench-policy \
 	bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
 
 $(BIN)/python:
@@ -29,6 +29,10 @@ lint: $(VENV)/.installed-dev
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
+
+# The generated operator files: dashboards, the chart's values.schema.json and README.md.
+generate: $(VENV)/.installed-dev
+	$(BIN)/nightjar-ray dashboards generate
 
 # Debian's prometheus package (prometheus + promtool) for the operator tests (tests/ops).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -1,7 +1,8 @@
 """``nightjar-ray dashboards``: generate, provision and render the operator dashboards.
 
-- ``generate [--check]``: write ``dashboards/nightjar-ray.json``, the Helm chart's copy and
-  its ``values.schema.json`` from code (``--check`` only reports stale files, exit 1).
+- ``generate [--check]``: write ``dashboards/nightjar-ray.json``, the Helm chart's copy,
+  its ``values.schema.json`` and its README from code (``--check`` only reports stale
+  files, exit 1).
 - ``provision --url http://grafana:3000 [--token T | --user U --password P]``: push the
   dashboard to Grafana (folder ``nightjar-ray``), idempotently.
 - ``render --prometheus http://127.0.0.1:9090 [--minutes 10] --out dashboard.png``: draw
@@ -21,7 +22,9 @@ from typing import Any
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("dashboards", help="Grafana dashboards: generate, push, draw.")
     sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="Write the dashboard JSON and chart schema from code.")
+    gen = sub.add_parser(
+        "generate", help="Write the dashboard JSON, chart schema and chart README from code."
+    )
     gen.add_argument("--root", type=Path, default=Path("."), help="Repository root.")
     gen.add_argument("--check", action="store_true", help="Only check; exit 1 if stale.")
     gen.set_defaults(func=_generate)

@@ -6,6 +6,9 @@ One schema, not two: each application's ``args.nightjar`` block is checked again
 the same constraints ``serve deploy`` applies. The ``LLMConfig`` fields are checked in
 the cluster by the builder (they need Ray and vLLM); the tests parse every rendered
 ``serveConfigV2`` through :func:`nightjar_ray.serve.config.parse_app_config`.
+
+Every chart key carries a ``description`` (the text is in ``chart_values_doc.py``); the
+chart's README is generated from them (``chart_readme.py``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,17 @@ import json
 from typing import Any
 
 from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.ops.chart_values_doc import DESCRIPTIONS
 
 QUANTITY = {"anyOf": [{"type": "string", "pattern": r"^[0-9.]+[a-zA-Z]*$"}, {"type": "number"}]}
+STRING = {"type": "string"}
+BOOL = {"type": "boolean"}
+ABS_PATH = {"type": "string", "pattern": "^/"}
 STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+START_PARAMS = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
+ANY_LIST = {"type": "array", "items": {"type": "object"}}
+ANY_OBJECT = {"type": "object"}
+ACCESS_MODES = ["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
@@ -32,15 +43,32 @@ RESOURCES = _obj(
         "limits": {"type": "object", "additionalProperties": QUANTITY},
     }
 )
-START_PARAMS = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
-ANY_LIST = {"type": "array", "items": {"type": "object"}}
+POD = {
+    "nodeSelector": STRING_MAP,
+    "affinity": ANY_OBJECT,
+    "tolerations": ANY_LIST,
+    "priorityClassName": STRING,
+    "podSecurityContext": ANY_OBJECT,
+    "securityContext": ANY_OBJECT,
+}
+"""Scheduling and security of a pod: top-level for every Ray pod, per group to override."""
+CLAIM = {
+    "existingClaim": STRING,
+    "size": QUANTITY,
+    "storageClass": STRING,
+    "accessModes": {"type": "array", "minItems": 1, "items": {"enum": ACCESS_MODES}},
+}
+"""A PersistentVolumeClaim the chart creates, or an existing one."""
 
 
 def _application() -> dict[str, Any]:
+    # The chart mounts the snapshot volume on the head, where the policy actor runs: the
+    # NightjarConfig schema plus `pooling.actor_node: head` (its default).
+    on_head = {"properties": {"pooling": {"properties": {"actor_node": {"const": "head"}}}}}
     args = {
         "type": "object",
         "properties": {
-            "nightjar": {"$ref": "#/$defs/NightjarConfig"},
+            "nightjar": {"allOf": [{"$ref": "#/$defs/NightjarConfig"}, on_head]},
             "model_loading_config": _obj(
                 {"model_id": {"type": "string", "minLength": 1}, "model_source": {}},
                 ("model_id",),
@@ -73,15 +101,15 @@ def _worker_group() -> dict[str, Any]:
             "gpusPerPod": {"type": "integer", "minimum": 1},
             "rayStartParams": START_PARAMS,
             "resources": RESOURCES,
-            "nodeSelector": STRING_MAP,
-            "tolerations": ANY_LIST,
+            "podAnnotations": STRING_MAP,
+            **POD,
         },
         ("name", "replicas", "minReplicas", "maxReplicas", "gpusPerPod", "resources"),
     )
 
 
 def _monitoring() -> dict[str, Any]:
-    toggle = {"enabled": {"type": "boolean"}, "labels": STRING_MAP}
+    toggle = {"enabled": BOOL, "labels": STRING_MAP}
     return _obj(
         {
             "podMonitor": _obj(
@@ -101,19 +129,13 @@ def _monitoring() -> dict[str, Any]:
     )
 
 
-def _nightjar_defs() -> dict[str, Any]:
-    schema = NightjarConfig.model_json_schema()
-    defs: dict[str, Any] = schema.pop("$defs", {})
-    return {**defs, "NightjarConfig": schema}
-
-
-def build_values_schema() -> dict[str, Any]:
-    """The chart's values schema (JSON Schema draft 7, which Helm 3 and 4 both read)."""
-    props = {
+def _image_and_apps() -> dict[str, Any]:
+    return {
+        "global": ANY_OBJECT,
         "image": _obj(
             {
                 "repository": {"type": "string", "minLength": 1},
-                "tag": {"type": "string"},
+                "tag": STRING,
                 "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
             },
             ("repository",),
@@ -126,34 +148,83 @@ def build_values_schema() -> dict[str, Any]:
             additionalProperties=True,
         ),
         "upgradeStrategy": {"enum": ["NewCluster", "None"]},
-        "hfToken": _obj({"secretName": {"type": "string"}, "secretKey": {"type": "string"}}),
+        "hfToken": _obj({"secretName": STRING, "secretKey": STRING}),
+        "auth": _obj(
+            {"apiKeySecret": _obj({"name": STRING, "key": {"type": "string", "minLength": 1}})}
+        ),
         "env": ANY_LIST,
         "sharedMemorySize": QUANTITY,
+    }
+
+
+def _pods() -> dict[str, Any]:
+    return {
+        "serviceAccount": _obj({"create": BOOL, "name": STRING, "annotations": STRING_MAP}),
+        "podAnnotations": STRING_MAP,
+        **POD,
+        "extraVolumes": ANY_LIST,
+        "extraVolumeMounts": ANY_LIST,
         "head": _obj(
             {
                 "rayStartParams": START_PARAMS,
                 "resources": RESOURCES,
-                "nodeSelector": STRING_MAP,
-                "tolerations": ANY_LIST,
+                "podAnnotations": STRING_MAP,
+                **POD,
             }
         ),
         "workerGroups": {"type": "array", "minItems": 1, "items": _worker_group()},
         "autoscaling": _obj(
-            {
-                "enabled": {"type": "boolean"},
-                "idleTimeoutSeconds": {"type": "integer", "minimum": 0},
-            }
+            {"enabled": BOOL, "idleTimeoutSeconds": {"type": "integer", "minimum": 0}}
         ),
+    }
+
+
+def _storage() -> dict[str, Any]:
+    return {
+        "modelCache": _obj({"enabled": BOOL, "mountPath": ABS_PATH, **CLAIM}),
         "policyPool": _obj(
-            {"mountPath": {"type": "string", "pattern": "^/"}, "volume": {"type": "object"}},
+            {
+                "mountPath": ABS_PATH,
+                "volume": ANY_OBJECT,
+                "persistence": _obj({"enabled": BOOL, **CLAIM}),
+            },
             ("mountPath", "volume"),
         ),
-        "monitoring": _monitoring(),
     }
+
+
+def _describe(node: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """``node`` with each chart key's ``description`` (by dotted path, ``[]`` for list
+    items) from :data:`DESCRIPTIONS`; the serveConfig's inside is left as it is."""
+    props = node.get("properties")
+    if props is None or path == "serveConfig":
+        return node
+    described = {}
+    for key, sub in props.items():
+        sub_path = f"{path}.{key}" if path else key
+        sub = _describe(sub, sub_path)
+        items = sub.get("items")
+        if sub.get("type") == "array" and isinstance(items, dict):
+            sub = {**sub, "items": _describe(items, f"{sub_path}[]")}
+        if sub_path in DESCRIPTIONS:
+            sub = {**sub, "description": DESCRIPTIONS[sub_path]}
+        described[key] = sub
+    return {**node, "properties": described}
+
+
+def _nightjar_defs() -> dict[str, Any]:
+    schema = NightjarConfig.model_json_schema()
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    return {**defs, "NightjarConfig": schema}
+
+
+def build_values_schema() -> dict[str, Any]:
+    """The chart's values schema (JSON Schema draft 7, which Helm 3 and 4 both read)."""
+    props = {**_image_and_apps(), **_pods(), **_storage(), "monitoring": _monitoring()}
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "title": "nightjar-ray Helm chart values",
-        **_obj(props, ("image", "serveConfig", "workerGroups")),
+        **_describe(_obj(props, ("image", "serveConfig", "workerGroups"))),
         "$defs": _nightjar_defs(),
     }
 

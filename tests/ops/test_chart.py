@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,14 +112,65 @@ def test_worker_groups_request_the_gpus_tensor_parallelism_needs(
     assert group["maxReplicas"] == scaling["max_replicas"]
 
 
-def test_policy_pool_volume_is_mounted_where_the_actor_writes() -> None:
+def test_policy_pool_volume_is_mounted_on_the_head_where_the_actor_writes() -> None:
+    """The actor runs on the head (``pooling.actor_node: head``): the snapshot volume is
+    mounted there only, so a ReadWriteOnce claim never keeps a worker pod pending."""
     (service,) = render()["RayService"]
     cluster = service["spec"]["rayClusterConfig"]
-    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
-    for pod in pods:
-        (container,) = pod["template"]["spec"]["containers"]
-        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-        assert mounts["policy-pool"] == PoolingConfig().snapshot_dir
+    (head,) = cluster["headGroupSpec"]["template"]["spec"]["containers"]
+    assert {m["name"]: m["mountPath"] for m in head["volumeMounts"]}["policy-pool"] == (
+        PoolingConfig().snapshot_dir
+    )
+    for group in cluster["workerGroupSpecs"]:
+        (worker,) = group["template"]["spec"]["containers"]
+        assert "policy-pool" not in {m["name"] for m in worker["volumeMounts"]}
+
+
+def test_the_policy_actor_stays_on_the_head(
+    rendered: tuple[str, dict[str, list[Any]]],
+) -> None:
+    _, docs = rendered
+    (service,) = docs["RayService"]
+    for app in yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]:
+        assert parse_app_config(app["args"]).nightjar.pooling.actor_node == "head"
+
+
+def test_an_actor_off_the_head_is_refused_at_install() -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match="nightjar/pooling/actor_node"):
+        render(_app_with({"pooling": {"actor_node": "any"}}))
+
+
+def test_the_chart_works_as_a_subchart_with_global_values(tmp_path: Path) -> None:
+    """A parent chart depending on this one through a file:// dependency (Helm copies
+    ``global`` into every subchart's values, which its schema must allow)."""
+    import helm_python as helm
+
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    dependency = {"name": "nightjar-ray", "version": "0.1.0", "repository": f"file://{CHART}"}
+    chart = {"apiVersion": "v2", "name": "parent", "version": "0.0.1", "dependencies": [dependency]}
+    (parent / "Chart.yaml").write_text(yaml.safe_dump(chart))
+    values = {
+        "global": {"imageRegistry": "registry.example.com"},
+        "nightjar-ray": {"serviceAccount": {"create": True}},
+    }
+    (parent / "values.yaml").write_text(yaml.safe_dump(values))
+    helm.dependency_update(parent, skip_refresh=True)
+    with helm.Chart.load(parent) as loaded:
+        out = loaded.render(None, name="app", namespace="llm", is_install=True)
+    docs = [
+        d
+        for path, text in out.items()
+        if path.endswith(".yaml")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
+    (service,) = [d for d in docs if d["kind"] == "RayService"]
+    assert rayservice_errors(service) == []
+    head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    assert head["serviceAccountName"] == "app-nightjar-ray"
 
 
 def test_monitoring_objects() -> None:
