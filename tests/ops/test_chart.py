@@ -23,6 +23,7 @@ ALERTS = {
     "NightjarDraftThrashing",
     "NightjarQueueGrowingWhileSpeculating",
     "NightjarKVFreeBelowTauLow",
+    "NightjarMetricsAbsent",
 }
 
 
