@@ -83,7 +83,8 @@ def of_deployment(vector: str) -> str:
 
 
 def _vllm_rate(metric: str, by: str = "") -> str:
-    return f"sum by ({by}) ({of_deployment(f'rate({metric}{{{VL}}}{RATE})')})"
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} ({of_deployment(f'rate({metric}{{{VL}}}{RATE})')})"
 
 
 def _quantiles(metric: str) -> tuple[Target, ...]:
