@@ -23,6 +23,7 @@ from nightjar_ray.ops.panels import (
     ANNOTATIONS,
     OUR_REPLICAS,
     TOKENS_PER_S,
+    VARIABLE_DEFAULTS,
     VLLM_JOIN,
     all_panels,
     expand,
@@ -63,6 +64,9 @@ def test_dashboard_model() -> None:
     assert variables == {
         "datasource", "namespace", "ray_io_cluster", "deployment", "replica", "tau_low"
     }  # fmt: skip
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":  # Grafana's "All" is what expand() substitutes
+            assert v["allValue"] == VARIABLE_DEFAULTS[v["name"]], v["name"]
     for p in panels:
         for t in p.get("targets", []):
             used = set(re.findall(r"\$([A-Za-z_]\w*)", t["expr"])) - {"__rate_interval"}
