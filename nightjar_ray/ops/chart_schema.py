@@ -118,6 +118,9 @@ def _monitoring() -> dict[str, Any]:
             "prometheusRule": _obj(
                 {
                     **toggle,
+                    "runbookBaseUrl": {"type": "string", "pattern": "^https?://[^#]+$"},
+                    "scopeToReleaseNamespace": {"type": "boolean"},
+                    "metricsAbsentMinutes": {"type": "integer", "minimum": 1},
                     "policySyncStaleSeconds": {"type": "number", "exclusiveMinimum": 0},
                     "draftThrashEvents15m": {"type": "integer", "minimum": 1},
                     "kvFreeLowFraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},

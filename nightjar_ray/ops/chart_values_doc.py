@@ -179,6 +179,16 @@ DESCRIPTIONS: dict[str, str] = {
     "monitoring.prometheusRule.speculatingStepShare": (
         "NightjarQueueGrowingWhileSpeculating: share of steps with gamma > 0."
     ),
+    "monitoring.prometheusRule.runbookBaseUrl": (
+        "Base URL of docs/runbooks.md; each alert's runbook_url is it + '#' + the alert name."
+    ),
+    "monitoring.prometheusRule.scopeToReleaseNamespace": (
+        "true: every rule selects this release's namespace only (two releases never alert "
+        "on each other's series); false: one rule set for all namespaces."
+    ),
+    "monitoring.prometheusRule.metricsAbsentMinutes": (
+        "NightjarMetricsAbsent: minutes a serving replica exports no nightjar_* series."
+    ),
     "monitoring.dashboards": "Grafana dashboards as ConfigMaps.",
     "monitoring.dashboards.enabled": "Install the dashboard ConfigMaps.",
     "monitoring.dashboards.labels": "Labels Grafana's dashboard sidecar selects.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nightjar_ray.ops.panels import ANNOTATIONS, ROWS, Panel, Row
+from nightjar_ray.ops.panels import ANNOTATIONS, ROWS, SCOPE, Panel, Row
 
 UID = "nightjar-ray"
 TITLE = "nightjar-ray: load-adaptive speculative decoding"
@@ -20,7 +20,7 @@ PANEL_HEIGHT = 8
 
 
 def _variables() -> list[dict[str, Any]]:
-    def query_var(name: str, query: str) -> dict[str, Any]:
+    def query_var(name: str, query: str, all_value: str = ".+") -> dict[str, Any]:
         return {
             "name": name,
             "label": name,
@@ -30,7 +30,7 @@ def _variables() -> list[dict[str, Any]]:
             "definition": query,
             "refresh": 2,
             "includeAll": True,
-            "allValue": ".+",
+            "allValue": all_value,
             "multi": True,
             "current": {"text": "All", "value": "$__all"},
             "sort": 1,
@@ -44,9 +44,18 @@ def _variables() -> list[dict[str, Any]]:
             "query": "prometheus",
             "current": {},
         },
-        query_var("deployment", "label_values(ray_nightjar_steps_total, deployment)"),
+        # .* matches series without the label (a Prometheus outside Kubernetes)
+        query_var("namespace", "label_values(ray_nightjar_steps_total, namespace)", ".*"),
         query_var(
-            "replica", 'label_values(ray_nightjar_steps_total{deployment=~"$deployment"}, replica)'
+            "ray_io_cluster",
+            'label_values(ray_nightjar_steps_total{namespace=~"$namespace"}, ray_io_cluster)',
+            ".*",
+        ),
+        query_var("deployment", f"label_values(ray_nightjar_steps_total{{{SCOPE}}}, deployment)"),
+        query_var(
+            "replica",
+            "label_values(ray_nightjar_steps_total"
+            f'{{{SCOPE}, deployment=~"$deployment"}}, replica)',
         ),
         {
             "name": "tau_low",
@@ -78,6 +87,10 @@ def _annotations() -> list[dict[str, Any]]:
     ]
 
 
+def _ref_id(index: int) -> str:
+    return chr(ord("A") + index)
+
+
 def _panel(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     custom: dict[str, Any] = {
         "drawStyle": "bars" if panel.kind == "bars" else "line",
@@ -92,7 +105,17 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
         "description": panel.description,
         "datasource": DATASOURCE,
         "gridPos": {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": x, "y": y},
-        "fieldConfig": {"defaults": {"unit": panel.unit, "custom": custom}, "overrides": []},
+        "fieldConfig": {
+            "defaults": {"unit": panel.unit, "custom": custom},
+            "overrides": [
+                {
+                    "matcher": {"id": "byFrameRefID", "options": _ref_id(i)},
+                    "properties": [{"id": "unit", "value": t.unit}],
+                }
+                for i, t in enumerate(panel.targets)
+                if t.unit is not None
+            ],
+        },
         "options": {
             "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
             "tooltip": {"mode": "multi", "sort": "desc"},
@@ -102,7 +125,7 @@ def _panel(panel: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
                 "datasource": DATASOURCE,
                 "expr": t.expr,
                 "legendFormat": t.legend,
-                "refId": chr(ord("A") + i),
+                "refId": _ref_id(i),
             }
             for i, t in enumerate(panel.targets)
         ],

@@ -1,10 +1,16 @@
 """The Nightjar dashboard as data: rows of panels, each a list of PromQL targets.
 
-Queries use Grafana's variables: ``$deployment`` and ``$replica`` (label values of the
-``ray_nightjar_*`` series; vLLM's ``ray_vllm_*`` series carry the same replica ID as
-``ReplicaId``), ``$tau_low`` (the KV low-water fraction, 0.1 by default, §7.3.3) and
-``$__rate_interval``. :func:`expand` substitutes them so the same queries run against a
-Prometheus server directly (the tests and ``nightjar-ray dashboards render`` do).
+Queries use Grafana's variables: ``$namespace`` and ``$ray_io_cluster`` (the Kubernetes
+namespace and KubeRay cluster a PodMonitor labels every series with; ``.*`` matches
+series without them, as a local Prometheus scrapes), ``$deployment`` and ``$replica``
+(label values of the ``ray_nightjar_*`` series), ``$tau_low`` (the KV low-water
+fraction, 0.1 by default, §7.3.3) and ``$__rate_interval``. :func:`expand` substitutes
+them so the same queries run against a Prometheus server directly (the tests and
+``nightjar-ray dashboards render`` do).
+
+vLLM's ``ray_vllm_*`` series carry ``model_name`` and ``ReplicaId`` but no deployment;
+:func:`of_deployment` keeps those of the selected deployments' replicas by joining them
+with ours (``model``, ``replica``) through ``label_replace``.
 """
 
 from __future__ import annotations
@@ -14,19 +20,34 @@ from typing import Literal
 
 PanelKind = Literal["timeseries", "bars"]
 
-NJ = 'deployment=~"$deployment", replica=~"$replica"'
+SCOPE = 'namespace=~"$namespace", ray_io_cluster=~"$ray_io_cluster"'
+"""Selector of the namespace and Ray cluster (every series)."""
+NJ = f'{SCOPE}, deployment=~"$deployment", replica=~"$replica"'
 """Selector of the ``ray_nightjar_*`` series."""
-VL = 'ReplicaId=~"$replica"'
+VL = f'{SCOPE}, ReplicaId=~"$replica"'
 """Selector of vLLM's ``ray_vllm_*`` series (labelled by Serve replica ID)."""
 RATE = "[$__rate_interval]"
+VLLM_JOIN = "namespace, ray_io_cluster, ReplicaId, model_name"
+"""Labels a vLLM series shares with the replica it belongs to."""
+OUR_REPLICAS = (
+    "label_replace(label_replace(group by (namespace, ray_io_cluster, replica, model) "
+    f'(ray_nightjar_steps_total{{{NJ}}}), "ReplicaId", "$1", "replica", "(.+)"), '
+    '"model_name", "$1", "model", "(.+)")'
+)
+"""The selected deployments' replicas, labelled as vLLM labels them."""
+
+TOKENS_PER_S = "count:tokens/s"
+"""Grafana custom unit (``count:`` scales by 1000: K, M)."""
 
 
 @dataclass(frozen=True)
 class Target:
-    """One PromQL query of a panel and its legend (Grafana's ``legendFormat``)."""
+    """One PromQL query of a panel, its legend (Grafana's ``legendFormat``) and its unit
+    where it differs from the panel's (a Grafana field override)."""
 
     expr: str
     legend: str
+    unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,10 +77,20 @@ class Annotation:
     color: str
 
 
+def of_deployment(vector: str) -> str:
+    """``vector`` (of ``ray_vllm_*`` series) restricted to the selected deployments."""
+    return f"({vector} and on ({VLLM_JOIN}) {OUR_REPLICAS})"
+
+
+def _vllm_rate(metric: str, by: str = "") -> str:
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} ({of_deployment(f'rate({metric}{{{VL}}}{RATE})')})"
+
+
 def _quantiles(metric: str) -> tuple[Target, ...]:
     return tuple(
         Target(
-            f"histogram_quantile({q}, sum by (le) (rate(ray_vllm_{metric}_bucket{{{VL}}}{RATE})))",
+            f"histogram_quantile({q}, {_vllm_rate(f'ray_vllm_{metric}_bucket', 'le')})",
             f"p{round(q * 100)}",
         )
         for q in (0.5, 0.9, 0.99)
@@ -76,13 +107,13 @@ SPECULATION = Row(
         Panel(
             "Gamma (latest step)",
             (Target(f"max by (replica) (ray_nightjar_gamma{{{NJ}}})", "{{replica}}"),),
-            "short",
+            "count:tokens",
             "Speculative length of each replica's latest step; 0 = speculation off.",
         ),
         Panel(
             "Steps by gamma",
             (Target(_sum_rate("ray_nightjar_steps_total", "gamma"), "gamma={{gamma}}"),),
-            "short",
+            "count:steps/s",
             "Decoding steps per second by the gamma the policy chose (its distribution).",
             stacked=True,
         ),
@@ -95,13 +126,13 @@ SPECULATION = Row(
                     "{{replica}}",
                 ),
             ),
-            "short",
+            TOKENS_PER_S,
             "Tokens per second of the steps the policy learned from (its reward, tokens/s).",
         ),
         Panel(
             "Policy decisions",
             (Target(_sum_rate("ray_nightjar_decisions_total", "mode"), "{{mode}}"),),
-            "short",
+            "count:decisions/s",
             "Decisions per second: exploring arms, exploiting the best one at the current "
             "batch, the queue-aware objective (requests waiting), or gated by the draft gate.",
             stacked=True,
@@ -120,7 +151,7 @@ SPECULATION = Row(
                     "ineligible {{replica}}",
                 ),
             ),
-            "short",
+            "count:requests/step",
             "Requests per step the draft ran over (eligible) and skipped (ineligible: their "
             "speculation would not earn back the draft prefill or catch-up they owe).",
         ),
@@ -128,9 +159,8 @@ SPECULATION = Row(
             "Draft acceptance rate",
             (
                 Target(
-                    "sum (rate(ray_vllm_spec_decode_num_accepted_tokens_total"
-                    f"{{{VL}}}{RATE})) / sum (rate(ray_vllm_spec_decode_num_draft_tokens_total"
-                    f"{{{VL}}}{RATE}))",
+                    f"{_vllm_rate('ray_vllm_spec_decode_num_accepted_tokens_total')} / "
+                    f"{_vllm_rate('ray_vllm_spec_decode_num_draft_tokens_total')}",
                     "accepted / drafted",
                 ),
             ),
@@ -141,14 +171,28 @@ SPECULATION = Row(
             "Acceptance length",
             (
                 Target(
-                    "1 + sum (rate(ray_vllm_spec_decode_num_accepted_tokens_total"
-                    f"{{{VL}}}{RATE})) / sum (rate(ray_vllm_spec_decode_num_drafts_total"
-                    f"{{{VL}}}{RATE}))",
+                    f"1 + {_vllm_rate('ray_vllm_spec_decode_num_accepted_tokens_total')} / "
+                    f"{_vllm_rate('ray_vllm_spec_decode_num_drafts_total')}",
                     "tokens per speculative step",
                 ),
             ),
-            "short",
+            "count:tokens/step",
             "Mean tokens emitted per speculative step (1 + accepted per draft).",
+        ),
+        Panel(
+            "Acceptance by draft position",
+            (
+                Target(
+                    _vllm_rate("ray_vllm_spec_decode_num_accepted_tokens_per_pos_total", "position")
+                    + " / ignoring (position) group_left "
+                    + _vllm_rate("ray_vllm_spec_decode_num_drafts_total"),
+                    "position {{position}}",
+                ),
+            ),
+            "percentunit",
+            "Accepted tokens at each draft position per draft (vLLM's per-position counter). "
+            "Drafts shorter than a position count as not accepted there, so the late "
+            "positions also fall when the policy picks a smaller gamma.",
         ),
         Panel(
             "Switches and catch-up",
@@ -159,9 +203,10 @@ SPECULATION = Row(
                 Target(
                     _sum_rate("ray_nightjar_catch_up_seconds_total", "replica"),
                     "catch-up s/s {{replica}}",
+                    "percentunit",
                 ),
             ),
-            "short",
+            "count:switches/s",
             "Returns from gamma=0 to speculation, and the draft KV catch-up time they cost.",
         ),
     ),
@@ -182,7 +227,7 @@ LOAD_AND_MEMORY = Row(
                     "running {{replica}}",
                 ),
             ),
-            "short",
+            "count:requests",
             "Requests waiting for admission and running, per replica (what the triggers read).",
         ),
         Panel(
@@ -197,13 +242,13 @@ LOAD_AND_MEMORY = Row(
                 ),
                 Target(f"sum by (replica) (ray_nightjar_kv_blocks{{{NJ}}})", "total {{replica}}"),
             ),
-            "short",
+            "count:blocks",
             "Free KV blocks against the tau_low line; below it the draft may be offloaded.",
         ),
         Panel(
             "Draft residency",
             (Target(f"max by (replica) (ray_nightjar_draft_resident{{{NJ}}})", "{{replica}}"),),
-            "short",
+            "bool_yes_no",
             "1 while the draft is on the device; offload/reload/contraction events annotate it.",
         ),
         Panel(
@@ -216,9 +261,10 @@ LOAD_AND_MEMORY = Row(
                 Target(
                     _sum_rate("ray_nightjar_memory_event_seconds_total", "kind"),
                     "{{kind}} s/s",
+                    "percentunit",
                 ),
             ),
-            "short",
+            "count:events",
             "Offload, reload, expand and contract events, and the time spent in them.",
             kind="bars",
         ),
@@ -232,8 +278,7 @@ REQUESTS = Row(
             "Request rate",
             (
                 Target(
-                    "sum by (finished_reason) (rate(ray_vllm_request_success_total"
-                    f"{{{VL}}}{RATE}))",
+                    _vllm_rate("ray_vllm_request_success_total", "finished_reason"),
                     "{{finished_reason}}",
                 ),
             ),
@@ -245,11 +290,11 @@ REQUESTS = Row(
             "Output tokens by replica",
             (
                 Target(
-                    f"sum by (ReplicaId) (rate(ray_vllm_generation_tokens_total{{{VL}}}{RATE}))",
+                    _vllm_rate("ray_vllm_generation_tokens_total", "ReplicaId"),
                     "{{ReplicaId}}",
                 ),
             ),
-            "short",
+            TOKENS_PER_S,
             "Generated tokens per second, per replica.",
             stacked=True,
         ),
@@ -283,7 +328,7 @@ POLICY_POOL = Row(
         Panel(
             "Policy syncs",
             (Target(_sum_rate("ray_nightjar_policy_syncs_total", "result"), "{{result}}"),),
-            "short",
+            "count:syncs/s",
             "Exchanges with the policy actor per second, ok or error.",
             stacked=True,
         ),
@@ -307,7 +352,14 @@ ANNOTATIONS: tuple[Annotation, ...] = tuple(
     )
 )
 
-VARIABLE_DEFAULTS = {"deployment": ".+", "replica": ".+", "tau_low": "0.1"}
+VARIABLE_DEFAULTS = {
+    "namespace": ".*",
+    "ray_io_cluster": ".*",
+    "deployment": ".+",
+    "replica": ".+",
+    "tau_low": "0.1",
+}
+"""Every variable's "All" value (``.*`` where a local scrape lacks the label)."""
 
 
 def all_panels() -> tuple[Panel, ...]:

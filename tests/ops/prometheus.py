@@ -18,12 +18,17 @@ from .conftest import tool
 
 @contextmanager
 def prometheus_server(
-    workdir: Path, targets: list[str], rule_groups: list[dict[str, Any]] | None = None
+    workdir: Path,
+    targets: list[str],
+    rule_groups: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> Iterator[str]:
-    """Run ``prometheus`` scraping ``targets`` every second; yields its base URL."""
+    """Run ``prometheus`` scraping ``targets`` every second (adding ``labels`` to every
+    series, as a PodMonitor adds ``namespace``); yields its base URL."""
+    static = {"targets": targets, "labels": labels or {}}
     config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "ray", "static_configs": [{"targets": targets}]}],
+        "scrape_configs": [{"job_name": "ray", "static_configs": [static]}],
     }
     if rule_groups:
         (workdir / "rules.yaml").write_text(yaml.safe_dump({"groups": rule_groups}))

@@ -24,6 +24,7 @@ ALERTS = {
     "NightjarDraftThrashing",
     "NightjarQueueGrowingWhileSpeculating",
     "NightjarKVFreeBelowTauLow",
+    "NightjarMetricsAbsent",
 }
 
 

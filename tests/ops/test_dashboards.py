@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -13,14 +14,23 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from nightjar_ray.cli.main import main
 from nightjar_ray.ops.artifacts import ARTIFACTS, stale_artifacts, write_artifacts
 from nightjar_ray.ops.grafana import UID, build_dashboard
-from nightjar_ray.ops.panels import all_panels, expand
+from nightjar_ray.ops.panels import (
+    ANNOTATIONS,
+    OUR_REPLICAS,
+    TOKENS_PER_S,
+    VARIABLE_DEFAULTS,
+    VLLM_JOIN,
+    all_panels,
+    expand,
+)
 from nightjar_ray.ops.provision import FOLDER_UID, provision
 
-from .conftest import ROOT
+from .conftest import ROOT, tool
 
 
 def test_committed_files_equal_the_generated_ones() -> None:
@@ -51,12 +61,17 @@ def test_dashboard_model() -> None:
                 assert (x, y) not in cells, p["title"]
                 cells.add((x, y))
     variables = {v["name"] for v in dash["templating"]["list"]}
-    assert variables == {"datasource", "deployment", "replica", "tau_low"}
+    assert variables == {
+        "datasource", "namespace", "ray_io_cluster", "deployment", "replica", "tau_low"
+    }  # fmt: skip
+    for v in dash["templating"]["list"]:
+        if v["type"] == "query":  # Grafana's "All" is what expand() substitutes
+            assert v["allValue"] == VARIABLE_DEFAULTS[v["name"]], v["name"]
     for p in panels:
         for t in p.get("targets", []):
-            used = set(re.findall(r"\$(\w+)", t["expr"])) - {"__rate_interval"}
+            used = set(re.findall(r"\$([A-Za-z_]\w*)", t["expr"])) - {"__rate_interval"}
             assert used <= variables, (p["title"], used)
-            assert "$" not in expand(t["expr"])
+            assert not re.search(r"\$[A-Za-z_]", expand(t["expr"]))  # $1: label_replace's
 
 
 def test_dashboard_shows_what_an_operator_needs() -> None:
@@ -83,6 +98,80 @@ def test_dashboard_shows_what_an_operator_needs() -> None:
     assert {a["name"] for a in annotations} == {
         f"draft {k}" for k in ("offload", "reload", "expand", "contract")
     }
+
+
+SELECTOR = re.compile(r"(ray_\w+)\{([^}]*)\}")
+
+
+def _exprs() -> list[tuple[str, str]]:
+    """(panel title, query) of every panel target, annotation and variable query."""
+    variables = [v for v in build_dashboard()["templating"]["list"] if v["type"] == "query"]
+    return (
+        [(p.title, t.expr) for p in all_panels() for t in p.targets]
+        + [(a.name, a.expr) for a in ANNOTATIONS]
+        + [(v["name"], v["definition"]) for v in variables if "{" in v["definition"]]
+    )
+
+
+def test_every_selector_is_scoped_to_namespace_and_cluster() -> None:
+    for title, expr in _exprs():
+        for metric, matchers in SELECTOR.findall(expr):
+            assert 'namespace=~"$namespace"' in matchers, (title, metric)
+            if title != "ray_io_cluster":  # the variable's own query lists every cluster
+                assert 'ray_io_cluster=~"$ray_io_cluster"' in matchers, (title, metric)
+
+
+def test_vllm_series_are_filtered_by_deployment() -> None:
+    """vLLM's series have no deployment label: each is joined with our replicas of the
+    selected deployments (``ReplicaId``/``model_name`` made from ``replica``/``model``)."""
+    join = f"and on ({VLLM_JOIN}) {OUR_REPLICAS}"
+    assert '"ReplicaId", "$1", "replica", "(.+)"' in OUR_REPLICAS
+    assert '"model_name", "$1", "model", "(.+)"' in OUR_REPLICAS
+    assert 'deployment=~"$deployment"' in OUR_REPLICAS
+    for title, expr in _exprs():
+        vllm = [m for m, _ in SELECTOR.findall(expr) if m.startswith("ray_vllm_")]
+        assert expr.count(join) == len(vllm), title
+
+
+def test_units_say_what_is_counted() -> None:
+    units = {p.title: p.unit for p in all_panels()}
+    overrides = [t.unit for p in all_panels() for t in p.targets if t.unit]
+    assert "short" not in units.values()
+    assert units["Step goodput"] == units["Output tokens by replica"] == TOKENS_PER_S
+    builtin = {"s", "reqps", "percentunit", "bool_yes_no"}
+    for unit in [*units.values(), *overrides]:
+        assert unit in builtin or re.fullmatch(r"count:[a-z]+(/[a-z]+)?", unit), unit
+    (panel,) = [p for p in build_dashboard()["panels"] if p["title"] == "Switches and catch-up"]
+    (override,) = panel["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": "B"}
+    assert override["properties"] == [{"id": "unit", "value": "percentunit"}]
+
+
+def test_per_position_acceptance_panel() -> None:
+    (panel,) = [p for p in all_panels() if p.title == "Acceptance by draft position"]
+    (target,) = panel.targets
+    assert "ray_vllm_spec_decode_num_accepted_tokens_per_pos_total" in target.expr
+    assert "sum by (position)" in target.expr and "{{position}}" in target.legend
+    assert panel.unit == "percentunit"
+
+
+def test_every_query_parses(tmp_path: Path) -> None:
+    """Prometheus's own parser (promtool) accepts every expanded query."""
+    rules = [
+        {"record": f"nightjar:q{i}", "expr": expand(expr, "1m")}
+        for i, (_, expr) in enumerate(_exprs())
+        if not expr.startswith("label_values")
+    ]
+    (tmp_path / "rules.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "q", "rules": rules}]})
+    )
+    done = subprocess.run(
+        [tool("promtool"), "check", "rules", str(tmp_path / "rules.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 class _GrafanaStub(BaseHTTPRequestHandler):

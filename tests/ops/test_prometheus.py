@@ -33,6 +33,8 @@ from .prometheus import prometheus_server
 pytestmark = pytest.mark.engine
 
 RATE_INTERVAL = "20s"
+POD_LABELS = {"namespace": "llm", "ray_io_cluster": "nj-raycluster-abcde"}
+"""What the chart's PodMonitors add to every series (``render()`` installs in "llm")."""
 
 
 @dataclass
@@ -59,7 +61,7 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainJobRun]:
     metrics_port = free_port()
     (rule,) = render()["PrometheusRule"]
     groups = rule["spec"]["groups"]
-    with prometheus_server(workdir, [f"127.0.0.1:{metrics_port}"], groups) as url:
+    with prometheus_server(workdir, [f"127.0.0.1:{metrics_port}"], groups, POD_LABELS) as url:
         start = time.time()
         env = {**os.environ, CACHE_ENV: str(cache)}
         proc = subprocess.run(
@@ -123,7 +125,7 @@ def test_every_alert_rule_evaluates(main_job: MainJobRun) -> None:
             main_job.prom.query_range(rule["expr"], main_job.window)
     rules = main_job.prom._http.get("/api/v1/rules").json()["data"]["groups"]
     health = {r["name"]: (r["health"], r.get("lastError", "")) for g in rules for r in g["rules"]}
-    assert len(health) == 5
+    assert len(health) == 6
     assert all(h == ("ok", "") for h in health.values()), health
     for a in ANNOTATIONS:
         main_job.prom.query_range(expand(a.expr), main_job.window)
@@ -135,3 +137,25 @@ def test_render_draws_every_panel(main_job: MainJobRun, tmp_path: Path) -> None:
     assert len(counts) == len(all_panels())
     assert [title for title, n in counts.items() if n == 0] == []
     assert png.stat().st_size > 50_000
+
+
+def _label_sets(result: list[dict[str, Any]], names: tuple[str, ...]) -> set[tuple[str, ...]]:
+    return {tuple(item["metric"].get(n, "") for n in names) for item in result}
+
+
+def test_metrics_absent_alert_joins_the_real_series(main_job: MainJobRun) -> None:
+    """NightjarMetricsAbsent's serving side (Serve's request counter of a replica with
+    vLLM series) finds exactly the replicas that export nightjar_* series: the labels
+    join as the rule assumes, so the alert can fire, and the ingress is left out."""
+    (rule,) = [
+        r for g in main_job.rule_groups for r in g["rules"] if r["alert"] == "NightjarMetricsAbsent"
+    ]
+    serving, unless, _ = rule["expr"].partition("\nunless")
+    assert unless
+    labels = ("namespace", "ray_io_cluster", "deployment", "replica")
+    found = _label_sets(main_job.prom.query_range(serving, main_job.window), labels)
+    ours = main_job.prom.query_range(
+        f"group by ({', '.join(labels)}) (ray_nightjar_steps_total)", main_job.window
+    )
+    assert found and found == _label_sets(ours, labels)
+    assert {f[:2] for f in found} == {tuple(POD_LABELS.values())}
