@@ -48,3 +48,18 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {message}")
         time.sleep(interval_s)
+
+
+def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line of ``nightjar-ray argv``, which must refuse it with exit code 2
+    and no traceback (argparse's refusals and the commands' own alike)."""
+    from nightjar_ray.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]

@@ -1,18 +1,19 @@
 """``nightjar-ray bench-serve``: the side-by-side benchmark of policies behind the endpoint.
 
-Starts a local Ray cluster, deploys one Serve app per contender (same generated pair, a
-different ``nightjar.policy``), measures the machine's capacity (requests/s that ``off``
-sustains under a saturating open loop) unless ``--capacity-rps`` is given, then runs
-interleaved paired rounds of every scenario (``nightjar_ray.loadgen.bench``) and writes
-``bench-serve.json``, a plot and, with ``--report``, the report section of a markdown file
-(``docs/benchmarks.md``'s). More contenders than ``--max-resident`` run in waves
-(``plan_waves``); ``--render`` rebuilds the report from saved JSON files without a cluster.
+By default it starts a local Ray cluster, deploys one Serve app per contender (same
+generated pair, a different ``nightjar.policy``); with ``--endpoint NAME=URL`` (repeated)
+the contenders are deployments the user already runs instead, one per name, ``off`` the
+baseline. It then measures the capacity (requests/s that ``off`` sustains under a
+saturating open loop) unless ``--capacity-rps`` is given, runs interleaved paired rounds of
+every scenario (``nightjar_ray.loadgen.bench``) and writes ``bench-serve.json``, a plot
+and, with ``--report``, the report section of a markdown file (``docs/benchmarks.md``'s).
+More local contenders than ``--max-resident`` run in waves (``plan_waves``); ``--render``
+rebuilds the report from saved JSON files without a cluster.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -20,31 +21,76 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.cli.args import (
+    UsageError,
+    add_header,
+    existing_file,
+    headers_of,
+    names,
+    output_file,
+)
+from nightjar_ray.cli.bench_local import MODEL_ID, deploy, retire, start_serve
 from nightjar_ray.loadgen.bench import (
     BASELINE,
-    CONTENDER_EXTRAS,
     CONTENDERS,
+    SCENARIOS,
     BenchResult,
+    Endpoint,
+    parse_endpoint,
     plan_waves,
     scenarios,
 )
 from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
-MODEL_ID = "bench"
-KV_BLOCKS = 128
+SCENARIO_NAMES = (*SCENARIOS, "trace")
+
+
+def _endpoint(value: str) -> Endpoint:
+    try:
+        return parse_endpoint(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench-serve", help="Side-by-side benchmark of the policies.")
-    p.add_argument("--pair", choices=("default", "tiny"), default="default")
-    p.add_argument("--contenders", default=",".join(CONTENDERS))
-    p.add_argument("--scenarios", default="low,medium,high,burst,prefill-heavy,trace")
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument(
+        "--endpoint",
+        type=_endpoint,
+        action="append",
+        default=[],
+        metavar="NAME=URL[,MODEL]",
+        help=f"A contender you already serve (repeatable, one per contender; one named"
+        f" {BASELINE!r} is the baseline, another pointing at the same URL as {BASELINE!r} is"
+        " an A/A control): its OpenAI base URL and, unless its /v1/models lists exactly one,"
+        " the model. Without any, the generated pair is deployed locally per --contenders.",
+    )
+    add_header(p)
+    p.add_argument(
+        "--pair",
+        choices=("default", "tiny"),
+        default="default",
+        help="Generated model pair the local contenders serve.",
+    )
+    p.add_argument(
+        "--contenders",
+        type=names(CONTENDERS, "contender"),
+        default=None,
+        help="Comma-separated local contenders (policies) to deploy, including"
+        f" {BASELINE!r} (default: all: {','.join(CONTENDERS)}).",
+    )
+    p.add_argument(
+        "--scenarios",
+        type=names(SCENARIO_NAMES, "scenario"),
+        default=",".join(SCENARIO_NAMES),
+        help="Comma-separated scenarios to run each round.",
+    )
+    p.add_argument("--rounds", type=int, default=4, help="Interleaved rounds of every scenario.")
     p.add_argument("--duration-s", type=float, default=120.0, help="Per scenario and round.")
     p.add_argument("--capacity-rps", type=float, help="Skip calibration: requests/s of off.")
     p.add_argument(
         "--trace",
-        type=Path,
+        type=existing_file,
         help=f"Azure-format trace CSV of the trace scenario (default: ${TRACE_ENV}; without"
         " either, the trace scenario is left out).",
     )
@@ -54,9 +100,18 @@ def register(subparsers: Any) -> None:
         help="Start every engine without torch.compile (quicker start; then the timings are"
         " of eager engines).",
     )
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--out", type=Path, default=Path("bench-serve-results"))
-    p.add_argument("--report", type=Path, help="Write the report section into this markdown.")
+    p.add_argument(
+        "--http-port", type=int, default=8000, help="Port of the local Serve HTTP proxy."
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bench-serve-results"),
+        help="Directory for bench-serve.json and ratios.png (created if needed).",
+    )
+    p.add_argument(
+        "--report", type=output_file, help="Write the report section into this markdown."
+    )
     p.add_argument(
         "--max-resident",
         type=int,
@@ -66,7 +121,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--render",
-        type=Path,
+        type=existing_file,
         nargs="+",
         metavar="FILE",
         help="No cluster: rebuild the report and plot from saved bench-serve.json files,"
@@ -75,59 +130,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def contender_args(
-    pair: str,
-    policy: str,
-    params: dict[str, Any],
-    extras: dict[str, Any] | None = None,
-    enforce_eager: bool = False,
-) -> dict[str, Any]:
-    """One contender's app config: the main job's config with another policy and, from
-    ``extras``, other ``nightjar:`` fields (``nightjar-elastic``: elastic memory on)."""
-    from nightjar_ray.cli.demo import demo_app_args
-
-    args = demo_app_args(pair, 1)
-    args["model_loading_config"]["model_id"] = MODEL_ID
-    args["runtime_env"] = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
-    # NOTE: every contender is resident at once; 128 blocks of vLLM's CPU block size
-    # (128 tokens) hold 16k tokens, the scenarios' peak concurrency, and no more.
-    args["engine_kwargs"]["num_gpu_blocks_override"] = KV_BLOCKS
-    if enforce_eager:
-        args["engine_kwargs"]["enforce_eager"] = True
-    nightjar = {**args["nightjar"], "policy": policy, "policy_params": params}
-    args["nightjar"] = {**nightjar, **(extras or {})}
-    return args
-
-
-def _start(http_port: int, max_apps: int) -> str:
-    import ray
-    from ray import serve
-
-    ray.init(address="local", num_cpus=max(32, 4 * max_apps), log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": http_port})
-    return f"http://127.0.0.1:{http_port}"
-
-
-def _deploy(pair: str, names: list[str], enforce_eager: bool) -> None:
-    from ray import serve
-
-    from nightjar_ray.serve import build_app
-
-    for name in names:
-        policy, params = CONTENDERS[name]
-        print(f"deploying {name} ({policy} {params or ''})", file=sys.stderr, flush=True)
-        extras = CONTENDER_EXTRAS.get(name)
-        app = build_app(contender_args(pair, policy, params, extras, enforce_eager))
-        serve.run(app, name=name, route_prefix=f"/{name}")
-
-
-def _calibrate(url: str, duration_s: float) -> float:
+def _calibrate(off: Endpoint, duration_s: float, headers: dict[str, str]) -> float:
     """Requests/s ``off`` completes under an arrival rate far above what it can serve."""
-    import asyncio
     import random
 
-    from nightjar_ray.loadgen.bench import CHAT_OUTPUT, CHAT_PROMPT
-    from nightjar_ray.loadgen.client import run_open_loop
+    from nightjar_ray.loadgen.bench import CHAT_OUTPUT, CHAT_PROMPT, endpoint_runner
     from nightjar_ray.loadgen.summary import summarize
     from nightjar_ray.loadgen.workload import synthetic_requests
     from nightjar_ray.workload.arrivals import poisson
@@ -135,72 +142,8 @@ def _calibrate(url: str, duration_s: float) -> float:
     reqs = synthetic_requests(
         poisson(5.0), duration_s, CHAT_PROMPT, CHAT_OUTPUT, 1000, random.Random(99)
     )
-    summary = summarize(asyncio.run(run_open_loop(f"{url}/{BASELINE}", MODEL_ID, reqs)))
+    summary = summarize(endpoint_runner({BASELINE: off}, headers)(BASELINE, reqs))
     return float(summary["request_throughput"])
-
-
-def _app_counts(app: str) -> dict[str, Any] | None:
-    """One app's whole-run counters summed over its replicas' latest reports to its policy
-    actor: steps per gamma, decisions per mode, elastic-memory events; ``None`` when the
-    actor cannot be read."""
-    import ray
-    from ray.exceptions import RayError
-
-    from nightjar_ray.cli.faults import policy_actor
-
-    try:
-        status = ray.get(policy_actor(app).status.remote(), timeout=10)
-    except (RayError, RuntimeError):
-        return None
-    reports = [replica.get("report") or {} for replica in status["replicas"].values()]
-    return sum_reports(reports)
-
-
-def sum_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """Replicas' reports to the policy actor summed into one app's counters (memory events
-    by count; their seconds are dropped)."""
-    total: dict[str, Any] = {"steps_by_gamma": [], "decisions_by_mode": {}, "memory_events": {}}
-    for report in reports:
-        counts = {
-            "steps_by_gamma": [int(n) for n in report.get("steps_by_gamma", ())],
-            "decisions_by_mode": {
-                k: int(n) for k, n in report.get("decisions_by_mode", {}).items()
-            },
-            "memory_events": {k: int(n) for k, (n, _s) in report.get("memory_events", {}).items()},
-        }
-        total = add_counts(total, counts)
-    return total
-
-
-def _retire(names: list[str], counts: dict[str, Any]) -> None:
-    """Read each app's counters into ``counts`` (a name in several waves sums them), then
-    delete the apps and their detached policy actors so the next wave has the memory."""
-    import ray
-    from ray import serve
-
-    from nightjar_ray.cli.faults import policy_actor
-
-    for name in names:
-        c = _app_counts(name)
-        print(f"counters {name}: {c}", file=sys.stderr, flush=True)
-        if name in counts:  # NOTE: unreadable counters in any wave make the app's total None
-            prev = counts[name]
-            c = None if prev is None or c is None else add_counts(prev, c)
-        counts[name] = c
-        serve.delete(name)
-        with contextlib.suppress(RuntimeError, ValueError):  # no actor left to free
-            ray.kill(policy_actor(name), no_restart=True)
-
-
-def add_counts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two apps' (or waves') counters summed; ``steps_by_gamma`` may differ in length."""
-    sa, sb = list(a["steps_by_gamma"]), list(b["steps_by_gamma"])
-    n = max(len(sa), len(sb))
-    steps = [x + y for x, y in zip(sa + [0] * (n - len(sa)), sb + [0] * (n - len(sb)), strict=True)]
-    out: dict[str, Any] = {"steps_by_gamma": steps}
-    for key in ("decisions_by_mode", "memory_events"):
-        out[key] = {k: a[key].get(k, 0) + b[key].get(k, 0) for k in {*a[key], *b[key]}}
-    return out
 
 
 def _on_run(rnd: int, scenario: str, contender: str, s: dict[str, Any]) -> None:
@@ -216,43 +159,92 @@ def _trace(args: argparse.Namespace) -> Path | None:
     """The trace scenario's CSV: ``--trace``, else ``$NIGHTJAR_TRACE``; without either the
     scenario is left out (and said so); a named file that is not there is an error."""
     if args.trace is None and not os.environ.get(TRACE_ENV):
-        if "trace" in args.scenarios.split(","):
+        if "trace" in args.scenarios:
             print(f"bench-serve: no --trace or ${TRACE_ENV}: no trace scenario", file=sys.stderr)
         return None
     try:
         return resolve_trace(args.trace, os.environ)
     except ValueError as e:
-        raise SystemExit(f"bench-serve: {e}") from None
+        raise UsageError(str(e)) from None
 
 
-def _measure(
-    args: argparse.Namespace, waves: list[list[str]], trace: Path | None
+def _chosen(args: argparse.Namespace) -> list[Any]:
+    """The scenarios to run, in the given order; an error when none is left."""
+    table = scenarios(_trace(args))
+    chosen = [table[s] for s in args.scenarios if s in table]
+    if not chosen:
+        raise UsageError(f"--scenarios {','.join(args.scenarios)}: no scenario left to run")
+    return chosen
+
+
+def _command(argv: list[str]) -> str:
+    """The command line as recorded in the report, ``--header`` values hidden."""
+    out, hide = [], False
+    for arg in argv:
+        out.append("'***'" if hide else "--header='***'" if arg.startswith("--header=") else arg)
+        hide = arg == "--header"
+    return "nightjar-ray bench-serve " + " ".join(out)
+
+
+def _meta(args: argparse.Namespace, capacity: float | None, started: float) -> dict[str, Any]:
+    return {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
+            "wall_s": time.time() - started, "cpus": os.cpu_count(),
+            "command": _command(sys.argv[2:])}  # fmt: skip
+
+
+def _measure_local(
+    args: argparse.Namespace, waves: list[list[str]], headers: dict[str, str]
 ) -> tuple[BenchResult, dict[str, Any]]:
     """Deploy, run and retire each wave in turn; returns the runs and the run's meta."""
     from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
 
-    table = scenarios(trace)
-    chosen = [table[s] for s in args.scenarios.split(",") if s in table]
-    url = _start(args.http_port, max(len(w) for w in waves))
+    chosen = _chosen(args)
+    url = start_serve(args.http_port, max(len(w) for w in waves))
     capacity, result = args.capacity_rps, BenchResult()
     counts: dict[str, Any] = {}
     started = time.time()
-    for i, names in enumerate(waves):
-        print(f"wave {i}: {','.join(names)}", file=sys.stderr, flush=True)
-        _deploy(args.pair, names, args.enforce_eager)
+    for i, wave in enumerate(waves):
+        print(f"wave {i}: {','.join(wave)}", file=sys.stderr, flush=True)
+        deploy(args.pair, wave, args.enforce_eager)
+        endpoints = {name: Endpoint(name, f"{url}/{name}", MODEL_ID) for name in wave}
         if capacity is None:
-            capacity = _calibrate(url, min(args.duration_s, 60.0))
+            capacity = _calibrate(endpoints[BASELINE], min(args.duration_s, 60.0), headers)
             print(f"capacity: {capacity:.3f} requests/s", file=sys.stderr, flush=True)
         run_rounds(
-            endpoint_runner(url, MODEL_ID), names, chosen, args.rounds, capacity,
+            endpoint_runner(endpoints, headers), wave, chosen, args.rounds, capacity,
             args.duration_s, 1000, _on_run, result, i,
         )  # fmt: skip
-        _retire(names, counts)
-    meta = {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
-            "pair": args.pair, "wall_s": time.time() - started, "cpus": os.cpu_count(),
-            "waves": waves, "counters": counts,
-            "command": "nightjar-ray bench-serve " + " ".join(sys.argv[2:])}  # fmt: skip
-    return result, meta
+        retire(wave, counts)
+    meta = {**_meta(args, capacity, started), "pair": args.pair, "waves": waves}
+    return result, {**meta, "counters": counts}
+
+
+def _measure_endpoints(
+    args: argparse.Namespace, given: list[Endpoint], headers: dict[str, str]
+) -> tuple[BenchResult, dict[str, Any]]:
+    """One wave over deployments the user runs (no counters: their policy actors are not
+    reachable from here); returns the runs and the run's meta."""
+    from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds, with_served_models
+
+    contenders = [e.name for e in given]
+    if len(set(contenders)) != len(contenders) or BASELINE not in contenders:
+        raise UsageError(f"--endpoint: names must be distinct and one must be {BASELINE!r}")
+    chosen = _chosen(args)
+    try:
+        endpoints = {e.name: e for e in with_served_models(given, headers)}
+    except ValueError as e:
+        raise UsageError(f"--endpoint {e}") from None
+    started, capacity = time.time(), args.capacity_rps
+    if capacity is None:
+        capacity = _calibrate(endpoints[BASELINE], min(args.duration_s, 60.0), headers)
+        print(f"capacity: {capacity:.3f} requests/s", file=sys.stderr, flush=True)
+    result = run_rounds(
+        endpoint_runner(endpoints, headers), contenders, chosen, args.rounds, capacity,
+        args.duration_s, 1000, _on_run,
+    )  # fmt: skip
+    meta = {**_meta(args, capacity, started), "pair": None, "waves": [contenders]}
+    by_name = {n: {"url": e.url, "model": e.model} for n, e in endpoints.items()}
+    return result, {**meta, "endpoints": by_name}
 
 
 def _load(paths: list[Path]) -> tuple[BenchResult, dict[str, Any]]:
@@ -260,16 +252,35 @@ def _load(paths: list[Path]) -> tuple[BenchResult, dict[str, Any]]:
     duration (their rounds would not be the same requests otherwise)."""
     result, metas = BenchResult(), []
     for path in paths:
-        data = json.loads(path.read_text())
-        metas.append(data["meta"])
+        try:
+            data = json.loads(path.read_text())
+            metas.append(data["meta"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise UsageError(f"--render {path}: not a bench-serve.json ({e!r})") from None
         result.merge(BenchResult.from_json(data))
     for key in ("pair", "capacity_rps", "duration_s"):
         values = {round(m[key], 3) if isinstance(m[key], float) else m[key] for m in metas}
         if len(values) > 1:
-            raise SystemExit(f"bench-serve --render: the files differ in {key}: {values}")
+            raise UsageError(f"--render: the files differ in {key}: {values}")
     runs = "; ".join(f"`{m['command']}`" for m in metas if "command" in m)
     meta = {**metas[0], "files": [str(p) for p in paths], "runs": runs}
     return result, meta
+
+
+def _header(result: BenchResult, meta: dict[str, Any], command: str) -> str:
+    if meta.get("endpoints"):
+        served = ", ".join(
+            f"`{n}` = {e['url']} (`{e['model']}`)" for n, e in meta["endpoints"].items()
+        )
+        what = f"Endpoints {served}"
+    else:
+        what = f"Pair `{meta['pair']}`"
+    return (
+        f"{what}, {meta['rounds']} interleaved rounds x {meta['duration_s']:.0f} s"
+        f" per scenario, {result.num_waves()} wave(s), capacity {meta['capacity_rps']:.3f} req/s"
+        f" ({meta['cpus']} CPUs). Command: `{command}`"
+        + (f" (the saved runs: {meta['runs']})." if meta.get("runs") else ".")
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -278,27 +289,24 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         result, meta = _load(args.render)
-        command = "--render " + " ".join(str(p) for p in args.render)
+        command = "nightjar-ray bench-serve --render " + " ".join(str(p) for p in args.render)
     else:
-        contenders = [c for c in args.contenders.split(",") if c]
-        unknown = sorted(set(contenders) - set(CONTENDERS))
-        if unknown or BASELINE not in contenders:
-            raise SystemExit(f"bench-serve: unknown {unknown} or no {BASELINE!r} in --contenders")
-        try:
-            waves = plan_waves(contenders, args.max_resident)
-        except ValueError as e:
-            raise SystemExit(f"bench-serve: --max-resident: {e}") from e
-        result, meta = _measure(args, waves, _trace(args))
-        command = " ".join(sys.argv[2:])
+        headers = headers_of(args, os.environ)
+        if args.endpoint:
+            if args.contenders is not None:
+                raise UsageError("--contenders picks local contenders; --endpoint names its own")
+            result, meta = _measure_endpoints(args, args.endpoint, headers)
+        else:
+            contenders = args.contenders or list(CONTENDERS)
+            try:
+                waves = plan_waves(contenders, args.max_resident)
+            except ValueError as e:
+                raise UsageError(f"--contenders/--max-resident: {e}") from None
+            result, meta = _measure_local(args, waves, headers)
+        command = meta["command"]
         (args.out / "bench-serve.json").write_text(json.dumps({"meta": meta, **result.summaries}))
     plot_ratios(result, args.out / "ratios.png")
-    header = (
-        f"Pair `{meta['pair']}`, {meta['rounds']} interleaved rounds x {meta['duration_s']:.0f} s"
-        f" per scenario, {result.num_waves()} wave(s), capacity {meta['capacity_rps']:.3f} req/s"
-        f" ({meta['cpus']} CPUs). Command: `nightjar-ray bench-serve {command}`"
-        + (f" (the saved runs: {meta['runs']})." if meta.get("runs") else ".")
-    )
-    section = markdown(result, header)
+    section = markdown(result, _header(result, meta, command))
     if args.report:
         write_section(args.report, section)
     print(section)

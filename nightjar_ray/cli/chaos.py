@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nightjar_ray.cli.args import add_header, headers_of, output_file
 from nightjar_ray.cli.chaos_nodes import NODE_SCENARIOS
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE
 
@@ -58,20 +60,32 @@ def register(subparsers: Any) -> None:
         "chaos",
         help="Faults under load: kill the policy actor, a replica, a rank, a node; memory events.",
     )
-    p.add_argument("--scenario", choices=SCENARIOS, required=True)
-    p.add_argument("--pair", choices=("default", "tiny"), default="tiny")
+    p.add_argument("--scenario", choices=SCENARIOS, required=True, help="The fault to inject.")
+    p.add_argument(
+        "--pair",
+        choices=("default", "tiny"),
+        default="tiny",
+        help="Generated model pair the deployment serves.",
+    )
     p.add_argument("--rate", type=float, default=2.0, help="Requests/s during the run.")
-    p.add_argument("--duration-s", type=float, default=30.0)
-    p.add_argument("--fault-at-s", type=float, default=10.0)
-    p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--duration-s", type=float, default=30.0, help="Length of the load.")
+    p.add_argument(
+        "--fault-at-s", type=float, default=10.0, help="When the fault comes, from the start."
+    )
+    p.add_argument("--max-tokens", type=int, default=16, help="Output tokens per request.")
+    p.add_argument(
+        "--http-port", type=int, default=8000, help="Port of the local Serve HTTP proxy."
+    )
     p.add_argument(
         "--client-timeout-s",
         type=float,
         default=120.0,
         help="A request with no byte for this long counts as hung (and fails the run).",
     )
-    p.add_argument("--out", type=Path, default=Path("chaos-report.json"))
+    add_header(p)
+    p.add_argument(
+        "--out", type=output_file, default=Path("chaos-report.json"), help="JSON report file."
+    )
     p.set_defaults(func=run)
 
 
@@ -127,7 +141,10 @@ def ranks_on_ray(app_args: dict[str, Any]) -> None:
 
 
 def _references(
-    args: argparse.Namespace, prompts: list[tuple[int, ...]], cluster: LocalCluster | None
+    args: argparse.Namespace,
+    prompts: list[tuple[int, ...]],
+    cluster: LocalCluster | None,
+    headers: dict[str, str],
 ) -> tuple[str, Any]:
     """Deploy the app and take each prompt's greedy reference; for ``memory`` from a
     separate app without elastic memory (deleted afterwards), the same engine otherwise."""
@@ -139,9 +156,9 @@ def _references(
     replicas = 2 if args.scenario in TWO_REPLICAS else 1
     if args.scenario != "memory":
         url = _deploy(args, replicas, cluster=cluster)
-        return url, reference_texts(url, MODEL_ID, prompts, args.max_tokens)
+        return url, reference_texts(url, MODEL_ID, prompts, args.max_tokens, headers)
     ref_url = _deploy(args, 1, name=f"{APP}-reference")
-    references = reference_texts(ref_url, MODEL_ID, prompts, args.max_tokens)
+    references = reference_texts(ref_url, MODEL_ID, prompts, args.max_tokens, headers)
     serve.delete(f"{APP}-reference")
     return _deploy(args, 1, memory_chaos=True), references
 
@@ -190,6 +207,7 @@ def _fault(scenario: str, replicas: int) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    headers_of(args, os.environ)  # a malformed --header fails before any cluster starts
     if args.scenario not in NODE_SCENARIOS:
         return _run(args, None)
     import ray
@@ -214,7 +232,8 @@ def _run(args: argparse.Namespace, cluster: LocalCluster | None) -> int:
 
     replicas = 2 if args.scenario in TWO_REPLICAS else 1
     prompts = [tuple(range(20 + i, 60 + i)) for i in range(4)]
-    url, references = _references(args, prompts, cluster)
+    headers = headers_of(args, os.environ)
+    url, references = _references(args, prompts, cluster, headers)
     requests = chaos_requests(prompts, args.rate, args.duration_s, args.max_tokens, seed=0)
     facts: dict[str, Any] = {}
     if cluster is not None:
@@ -224,7 +243,7 @@ def _run(args: argparse.Namespace, cluster: LocalCluster | None) -> int:
     started = time.time()
     report, run_result = run_chaos(
         args.scenario, url, MODEL_ID, requests, references, fault, recovered, args.fault_at_s,
-        client_timeout_s=args.client_timeout_s,
+        client_timeout_s=args.client_timeout_s, headers=headers,
     )  # fmt: skip
     # in flight on a lost replica: sent before the fault, or within 1 s (the router learns
     # of the loss) but not after a later fault (the actor kill of actor-kill-node-down)

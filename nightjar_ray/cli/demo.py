@@ -33,14 +33,29 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo", help="The main job: serve the generated pair with Nightjar, drive load, report."
     )
-    parser.add_argument("--pair", choices=("default", "tiny"), default="default")
-    parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--phase-seconds", type=float, default=30.0)
-    parser.add_argument("--low-concurrency", type=int, default=1)
-    parser.add_argument("--high-concurrency", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--metrics-port", type=int, default=8080)
+    parser.add_argument(
+        "--pair",
+        choices=("default", "tiny"),
+        default="default",
+        help="Generated model pair to serve.",
+    )
+    parser.add_argument("--replicas", type=int, default=1, help="Serve replicas of the app.")
+    parser.add_argument(
+        "--phase-seconds", type=float, default=30.0, help="Length of each load phase."
+    )
+    parser.add_argument(
+        "--low-concurrency", type=int, default=1, help="Concurrent requests in the low phases."
+    )
+    parser.add_argument(
+        "--high-concurrency", type=int, default=16, help="Concurrent requests in the high phase."
+    )
+    parser.add_argument("--max-tokens", type=int, default=64, help="Output tokens per request.")
+    parser.add_argument(
+        "--http-port", type=int, default=8000, help="Port of the local Serve HTTP proxy."
+    )
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="Port Ray exports metrics on."
+    )
     parser.add_argument(
         "--exit-after-report", action="store_true", help="Shut down after the report."
     )

@@ -41,27 +41,44 @@ from nightjar_ray.workload.trace import read_trace, resolve_trace
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("loadgen", help="Open-loop load against an OpenAI endpoint.")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="Endpoint base URL.")
-    p.add_argument("--model", default="nightjar-demo")
-    p.add_argument("--arrivals", choices=ARRIVAL_NAMES, default="poisson")
+    p.add_argument("--model", default="nightjar-demo", help="Served model name.")
+    p.add_argument("--arrivals", choices=ARRIVAL_NAMES, default="poisson", help="Arrival process.")
     p.add_argument("--rate", type=float, default=1.0, help="Requests/s (ramp: start rate).")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma: shape; 1 = Poisson.")
     p.add_argument("--steps", default="", help="step: SECONDS:RATE,... repeated.")
     p.add_argument("--ramp-end-rps", type=float, help="ramp: rate at the end.")
-    p.add_argument("--duration-s", type=float, default=60.0)
+    p.add_argument("--duration-s", type=float, default=60.0, help="Length of the run.")
     p.add_argument("--input-len", default="64:256", help="LOW:HIGH prompt tokens.")
     p.add_argument("--output-len", default="32:128", help="LOW:HIGH output tokens.")
     p.add_argument("--vocab-size", type=int, default=1000, help="Prompt token IDs below this.")
     p.add_argument("--trace", type=Path, help="Replay an Azure-format trace CSV instead.")
-    p.add_argument("--trace-offset-s", type=float, default=0.0)
-    p.add_argument("--trace-speedup", type=float, default=1.0)
-    p.add_argument("--trace-sample", type=float, default=1.0)
-    p.add_argument("--trace-token-scale", type=float, default=1.0)
-    p.add_argument("--max-input-tokens", type=int, default=4096)
-    p.add_argument("--max-output-tokens", type=int, default=1024)
+    p.add_argument(
+        "--trace-offset-s", type=float, default=0.0, help="Trace: start this far into it."
+    )
+    p.add_argument(
+        "--trace-speedup", type=float, default=1.0, help="Trace: replay this many times faster."
+    )
+    p.add_argument(
+        "--trace-sample", type=float, default=1.0, help="Trace: fraction of its requests kept."
+    )
+    p.add_argument(
+        "--trace-token-scale",
+        type=float,
+        default=1.0,
+        help="Trace: divide its token counts by this.",
+    )
+    p.add_argument(
+        "--max-input-tokens", type=int, default=4096, help="Trace: cap on prompt tokens."
+    )
+    p.add_argument(
+        "--max-output-tokens", type=int, default=1024, help="Trace: cap on output tokens."
+    )
     p.add_argument("--goodput", help="SLOs in ms, e.g. ttft:2000,tpot:200.")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="Seed of arrivals and prompts.")
     p.add_argument("--prometheus", help="Prometheus URL: overlay gamma and draft residency.")
-    p.add_argument("--out", type=Path, default=Path("loadgen-results"))
+    p.add_argument(
+        "--out", type=Path, default=Path("loadgen-results"), help="Directory for the results."
+    )
     p.set_defaults(func=run)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.cli.args import UsageError, existing_file, json_object, names, output_file
 from nightjar_ray.cli.simulate_suite import (
     add_length_scale,
     add_policy_seed_offset,
@@ -26,6 +26,7 @@ from nightjar_ray.cli.simulate_suite import (
     trace_or_exit,
 )
 from nightjar_ray.driver.observation import OBSERVATION_RULES
+from nightjar_ray.policy.registry import policy_names
 from nightjar_ray.sim.experiments import (
     CEILING,
     PAPER_PRESET,
@@ -57,13 +58,28 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="sim_command", required=True)
     run_p = sub.add_parser("run", help="One policy on one workload.")
     add_common_args(run_p)
-    run_p.add_argument("--policy", default="nightjar")
-    run_p.add_argument("--policy-params", default="{}", help="JSON policy config.")
-    run_p.add_argument("--arrival", choices=["poisson", "gamma", "trace"], default="poisson")
-    run_p.add_argument("--qps", type=float, default=10.0)
+    run_p.add_argument(
+        "--policy", choices=policy_names(), default="nightjar", help="Policy to simulate."
+    )
+    run_p.add_argument(
+        "--policy-params", type=json_object, default="{}", help="JSON policy config."
+    )
+    run_p.add_argument(
+        "--arrival",
+        choices=["poisson", "gamma", "trace"],
+        default="poisson",
+        help="Arrival process (trace: replay --trace).",
+    )
+    run_p.add_argument("--qps", type=float, default=10.0, help="Mean arrival rate (req/s).")
     run_p.add_argument("--cv", type=float, default=2.0, help="CV of gamma arrivals.")
-    run_p.add_argument("--scenario", help="JSON scenario file (replaces the flags above).")
-    run_p.add_argument("--timeline-csv", help="Write the per-step gamma timeline here.")
+    run_p.add_argument(
+        "--scenario",
+        type=existing_file,
+        help="JSON scenario file (replaces the flags above).",
+    )
+    run_p.add_argument(
+        "--timeline-csv", type=output_file, help="Write the per-step gamma timeline here."
+    )
     run_p.set_defaults(func=run_one)
     cmp_p = sub.add_parser("compare", help="Table 4 line-up and oracle, ratios to off.")
     add_common_args(cmp_p)
@@ -81,7 +97,9 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="Add batch-oracle: the cost model's best gamma per batch size, run as nightjar.",
     )
-    cmp_p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    cmp_p.add_argument(
+        "--nightjar-params", type=json_object, default="{}", help="JSON extra nightjar config."
+    )
     cmp_p.add_argument(
         "--jobs",
         type=int,
@@ -96,6 +114,7 @@ def register(subparsers: Any) -> None:
     )
     cmp_p.add_argument(
         "--workloads",
+        type=names(SUITE, "suite workload"),
         default=None,
         help=f"Comma-separated suite workloads {list(SUITE)} (replace the sweep and trace).",
     )
@@ -109,9 +128,13 @@ def register(subparsers: Any) -> None:
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Flags of ``simulate run`` and ``compare``: setting, dataset, workload, knobs, seed."""
-    p.add_argument("--setting", choices=sorted(SETTINGS), default="rtx4090-7b")
-    p.add_argument("--dataset", choices=sorted(DATASETS), default="sharegpt")
-    p.add_argument("--num-requests", type=int, default=480)
+    p.add_argument(
+        "--setting", choices=sorted(SETTINGS), default="rtx4090-7b", help="Hardware and model."
+    )
+    p.add_argument(
+        "--dataset", choices=sorted(DATASETS), default="sharegpt", help="Length distribution."
+    )
+    p.add_argument("--num-requests", type=int, default=480, help="Requests per workload.")
     add_trace(p)
     p.add_argument("--trace-start-s", type=float, default=0.0, help="Window start (s).")
     p.add_argument("--trace-duration-s", type=float, default=3600.0, help="Window length (s).")
@@ -122,8 +145,18 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
         default="dataset",
         help="Replayed lengths: the trace's, or sampled from --dataset (paper Table 4).",
     )
-    p.add_argument("--tau-low-fraction", type=float, default=RunKnobs().tau_low_fraction)
-    p.add_argument("--persist-steps", type=int, default=RunKnobs().persist_steps)
+    p.add_argument(
+        "--tau-low-fraction",
+        type=float,
+        default=RunKnobs().tau_low_fraction,
+        help="Free-KV fraction below which the draft may be offloaded (docs/memory.md).",
+    )
+    p.add_argument(
+        "--persist-steps",
+        type=int,
+        default=RunKnobs().persist_steps,
+        help="Steps the offload condition must hold (docs/memory.md).",
+    )
     p.add_argument(
         "--contract-persist-steps",
         type=int,
@@ -155,17 +188,20 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
         help="Offload a draft whose memory is worth more as KV cache (docs/memory.md).",
     )
     add_policy_seed_offset(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="Workload and policy seed.")
 
 
 def _scenario_from_args(args: argparse.Namespace) -> ScenarioConfig:
     if args.scenario:
-        return load_scenario(args.scenario)
+        try:
+            return load_scenario(args.scenario)
+        except ValueError as e:
+            raise UsageError(f"--scenario {e}") from None
     return ScenarioConfig(
         setting=args.setting,
         dataset=args.dataset,
         policy=args.policy,
-        policy_params=json.loads(args.policy_params),
+        policy_params=args.policy_params,
         workload=workload_from_args(args, args.arrival, args.qps),
         seed=args.seed,
         **_knob_args(args),
@@ -249,9 +285,7 @@ def write_timeline(result: SimResult, path: str) -> None:
 
 
 def _contenders(args: argparse.Namespace, setting: Setting) -> list[Contender]:
-    contenders = default_contenders(
-        args.gamma_max, json.loads(args.nightjar_params), args.max_fixed_gamma
-    )
+    contenders = default_contenders(args.gamma_max, args.nightjar_params, args.max_fixed_gamma)
     if args.with_ceiling:
         contenders.append(CEILING)
     if args.with_paper_preset:
@@ -263,7 +297,7 @@ def _contenders(args: argparse.Namespace, setting: Setting) -> list[Contender]:
         known = [c.label for c in contenders]
         unknown = [w for w in wanted if w not in known]
         if unknown:
-            raise ValueError(f"--contenders: unknown {unknown}; choose from {known}")
+            raise UsageError(f"--contenders: unknown {unknown}; choose from {known}")
         # NOTE: every ratio is to `off`, so the baseline always runs.
         contenders = [c for c in contenders if c.label in wanted or c.label == "off"]
     return contenders
@@ -282,8 +316,8 @@ def _knobs_from_args(args: argparse.Namespace) -> RunKnobs:
 def compare(args: argparse.Namespace) -> int:
     check_length_scale(args.length_scale)
     if args.length_scale != 1 and not args.workloads:
-        raise ValueError("--length-scale applies to --workloads only (the suite's workloads)")
-    workloads = args.workloads.split(",") if args.workloads else None
+        raise UsageError("--length-scale applies to --workloads only (the suite's workloads)")
+    workloads = args.workloads
     if (workloads is None and not args.no_trace) or "trace" in (workloads or ()):
         args.trace = str(trace_or_exit("simulate compare", args.trace))
     setting = get_setting(args.setting)
@@ -292,7 +326,7 @@ def compare(args: argparse.Namespace) -> int:
     knobs = _knobs_from_args(args)
     seeds = _seeds(args)
     if args.jobs < 1:
-        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     cases = [(load, n, wl) for n in seeds for load, wl in _compare_workloads(args, setting, n)]
     rows = compare_loads(setting, contenders, cases, args.dataset, knobs, args.jobs)
     rows_by_seed: dict[int, list[LoadRow]] = {n: [] for n in seeds}
@@ -326,9 +360,7 @@ def _compare_workloads(
     if args.workloads:
         scale = args.length_scale
         trace = None if args.trace is None else Path(args.trace)
-        return [
-            (w, suite_workload(w, setting, seed, scale, trace)) for w in args.workloads.split(",")
-        ]
+        return [(w, suite_workload(w, setting, seed, scale, trace)) for w in args.workloads]
     if not args.trace_only:
         loads = [float(q) for q in args.qps.split(",")] if args.qps else setting.qps_sweep
         for qps in loads:

@@ -12,12 +12,12 @@ into what a cold start costs and what learning at all costs (docs/benchmarks.md,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.cli.args import UsageError, existing_file, json_object, names
 from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
@@ -29,10 +29,22 @@ from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
 def add_suite_parser(sub: Any) -> None:
     p = sub.add_parser("suite", help="The workload suite: nightjar vs the best static choice.")
-    p.add_argument("--settings", default=",".join(SETTINGS), help="Comma-separated settings.")
-    p.add_argument("--workloads", default=",".join(SUITE), help=f"Comma-separated: {list(SUITE)}.")
+    p.add_argument(
+        "--settings",
+        type=names(SETTINGS, "setting"),
+        default=",".join(SETTINGS),
+        help="Comma-separated settings.",
+    )
+    p.add_argument(
+        "--workloads",
+        type=names(SUITE, "suite workload"),
+        default=",".join(SUITE),
+        help="Comma-separated suite workloads.",
+    )
     p.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds.")
-    p.add_argument("--nightjar-params", default="{}", help="JSON extra nightjar config.")
+    p.add_argument(
+        "--nightjar-params", type=json_object, default="{}", help="JSON extra nightjar config."
+    )
     p.add_argument(
         "--with-paper-preset", action="store_true", help="Also run nightjar-paper (Algorithm 1)."
     )
@@ -67,9 +79,14 @@ def add_trace(p: argparse.ArgumentParser) -> None:
     """``--trace``: the Azure-format trace CSV a trace workload replays (run, compare, suite)."""
     p.add_argument(
         "--trace",
+        type=_trace_file,
         default=None,
         help=f"Azure-format trace CSV for the trace workload (default: ${TRACE_ENV}).",
     )
+
+
+def _trace_file(value: str) -> str:
+    return str(existing_file(value))
 
 
 def trace_or_exit(command: str, given: str | None) -> Path:
@@ -78,7 +95,7 @@ def trace_or_exit(command: str, given: str | None) -> Path:
     try:
         return resolve_trace(given, os.environ)
     except ValueError as e:
-        raise SystemExit(f"nightjar-ray {command}: {e}") from None
+        raise UsageError(str(e)) from None
 
 
 def add_policy_seed_offset(p: argparse.ArgumentParser) -> None:
@@ -106,20 +123,12 @@ def add_length_scale(p: argparse.ArgumentParser) -> None:
 
 
 def check_length_scale(value: int) -> int:
-    """``--length-scale`` in range, or a ``ValueError`` naming the flag."""
+    """``--length-scale`` in range, or a usage error naming the flag."""
     if not 1 <= value <= MAX_LENGTH_SCALE:
-        raise ValueError(
+        raise UsageError(
             f"--length-scale: expected an integer in 1..{MAX_LENGTH_SCALE}, got {value}"
         )
     return value
-
-
-def _names(flag: str, value: str, known: Any) -> list[str]:
-    names = [v for v in value.split(",") if v]
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        raise ValueError(f"{flag}: unknown {unknown}; choose from {list(known)}")
-    return names
 
 
 def parse_seeds(value: str) -> list[int]:
@@ -127,9 +136,9 @@ def parse_seeds(value: str) -> list[int]:
     try:
         seeds = [int(x) for x in value.split(",")]
     except ValueError:
-        raise ValueError(f"--seeds: expected comma-separated integers, got {value!r}") from None
+        raise UsageError(f"--seeds: expected comma-separated integers, got {value!r}") from None
     if len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ValueError(f"--seeds: expected distinct non-negative integers, got {value!r}")
+        raise UsageError(f"--seeds: expected distinct non-negative integers, got {value!r}")
     return seeds
 
 
@@ -148,20 +157,17 @@ def suite_contenders(
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = _names("--settings", args.settings, SETTINGS)
-    workloads = _names("--workloads", args.workloads, SUITE)
+    settings, workloads = args.settings, args.workloads
     seeds = parse_seeds(args.seeds)
     if args.jobs < 1:
-        raise ValueError(f"--jobs: expected an integer >= 1, got {args.jobs}")
+        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
     trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
         knob_args["observed_time"] = args.observed_time
     knobs = ScenarioConfig.model_validate(knob_args).knobs
-    contenders = suite_contenders(
-        json.loads(args.nightjar_params), args.with_paper_preset, args.warm_start
-    )
+    contenders = suite_contenders(args.nightjar_params, args.with_paper_preset, args.warm_start)
     cells = run_suite(
         settings,
         workloads,

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.cli.args import UsageError, add_header, existing_file, headers_of
 from nightjar_ray.workload.trace import TRACE_ENV
 
 APP = "soak"
@@ -28,16 +29,31 @@ APP = "soak"
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("soak", help="Long trace replay; RSS and KV accounting sampled.")
-    p.add_argument("--pair", choices=("default", "tiny"), default="default")
-    p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--mean-rps", type=float, default=0.4, help="Mean request rate.")
-    p.add_argument("--sample-s", type=float, default=30.0)
     p.add_argument(
-        "--trace", type=Path, help=f"Azure-format trace CSV to replay (default: ${TRACE_ENV})."
+        "--pair",
+        choices=("default", "tiny"),
+        default="default",
+        help="Generated model pair the deployment serves.",
     )
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--metrics-port", type=int, default=8080)
-    p.add_argument("--out", type=Path, default=Path("soak-results"))
+    p.add_argument("--minutes", type=float, default=30.0, help="Length of the replay.")
+    p.add_argument("--mean-rps", type=float, default=0.4, help="Mean request rate.")
+    p.add_argument("--sample-s", type=float, default=30.0, help="Seconds between samples.")
+    p.add_argument(
+        "--trace",
+        type=existing_file,
+        help=f"Azure-format trace CSV to replay (default: ${TRACE_ENV}).",
+    )
+    p.add_argument(
+        "--http-port", type=int, default=8000, help="Port of the local Serve HTTP proxy."
+    )
+    p.add_argument("--metrics-port", type=int, default=8080, help="Port Ray exports metrics on.")
+    add_header(p)
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("soak-results"),
+        help="Directory for soak.json and soak.png (created if needed).",
+    )
     p.set_defaults(func=run)
 
 
@@ -101,19 +117,20 @@ def run(args: argparse.Namespace) -> int:
     from nightjar_ray.serve.config import GENERATED_PAIRS
     from nightjar_ray.workload.trace import resolve_trace
 
+    headers = headers_of(args, os.environ)
     try:
         trace = resolve_trace(args.trace, os.environ)
         vocab = GENERATED_PAIRS[args.pair].vocab_size
         requests = soak_requests(trace, args.minutes, args.mean_rps, vocab)
     except ValueError as e:
-        raise SystemExit(f"soak: {e}") from None
+        raise UsageError(str(e)) from None
     url = _deploy(args)
     print(f"{len(requests)} requests over {args.minutes:.0f} min", file=sys.stderr, flush=True)
     sampler = metrics_sampler(f"http://127.0.0.1:{args.metrics_port}/metrics")
     if not wait_for_gauges(sampler):
         print("soak: no KV gauges on the metrics port yet; reading anyway", file=sys.stderr)
     samples, before, after, result = run_soak(
-        url, MODEL_ID, requests, sampler, args.sample_s, on_sample=_print_sample
+        url, MODEL_ID, requests, sampler, args.sample_s, on_sample=_print_sample, headers=headers
     )
     report = summarize_soak(samples, before, after, result)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -10,18 +10,23 @@ alone produces).
 More contenders than the host holds at once run in *waves* (``plan_waves``): each wave
 deploys ``off`` and ``off-aa`` again next to a share of the others and runs its own rounds,
 and every run is paired with the ``off`` run of its own wave and round, never another's.
+
+A contender is an :class:`Endpoint`: the local apps' routes, or deployments the user
+already runs (one URL and served model each; the one named ``off`` is the baseline).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.loadgen.client import RunResult, run_open_loop
+import aiohttp
+
+from nightjar_ray.loadgen.client import RunResult, open_session, run_open_loop
 from nightjar_ray.loadgen.summary import summarize
 from nightjar_ray.loadgen.workload import (
     LengthRange,
@@ -212,11 +217,71 @@ Runner = Callable[[str, list[RequestSpec]], RunResult]
 """(contender, requests) -> the run's result."""
 
 
-def endpoint_runner(base_url: str, model: str) -> Runner:
-    """Runs requests against ``{base_url}/{contender}`` (one Serve app per contender)."""
+@dataclass(frozen=True)
+class Endpoint:
+    """One contender's OpenAI-compatible server: ``url`` is the base the ``/v1/...`` paths
+    go under (with a route prefix, if any); ``model`` the served model's name, ``None``
+    until asked of ``/v1/models`` (:func:`with_served_models`)."""
+
+    name: str
+    url: str
+    model: str | None = None
+
+
+def parse_endpoint(value: str) -> Endpoint:
+    """``NAME=URL`` or ``NAME=URL,MODEL``; a ``ValueError`` saying the form otherwise."""
+    name, sep, rest = value.partition("=")
+    url, _, model = rest.partition(",")
+    if not sep or not name.strip() or not url.startswith(("http://", "https://")):
+        raise ValueError(f"expected NAME=URL or NAME=URL,MODEL with an http(s) URL, got {value!r}")
+    return Endpoint(name.strip(), url.rstrip("/"), model.strip() or None)
+
+
+async def served_model(session: aiohttp.ClientSession, url: str) -> str:
+    """The one model ``{url}/v1/models`` lists; a ``ValueError`` when it lists none or
+    several (name one then) or does not answer 200."""
+    async with session.get(url + "/v1/models") as resp:
+        if resp.status != 200:
+            text = (await resp.read()).decode(errors="replace")[:200]
+            raise ValueError(f"{url}/v1/models: HTTP {resp.status}: {text}")
+        ids = [str(m["id"]) for m in (await resp.json()).get("data", [])]
+    if len(ids) != 1:
+        raise ValueError(f"{url}/v1/models lists {ids}: name the model as NAME=URL,MODEL")
+    return ids[0]
+
+
+async def _with_served_models(
+    endpoints: list[Endpoint], headers: Mapping[str, str]
+) -> list[Endpoint]:
+    out = []
+    async with open_session(30.0, headers) as session:
+        for e in endpoints:
+            try:
+                model = e.model or await served_model(session, e.url)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+                raise ValueError(f"{e.name}: {e.url} does not answer: {err!r}") from None
+            out.append(Endpoint(e.name, e.url, model))
+    return out
+
+
+def with_served_models(
+    endpoints: list[Endpoint], headers: Mapping[str, str] | None = None
+) -> list[Endpoint]:
+    """``endpoints`` with each missing model asked of its ``/v1/models``; a ``ValueError``
+    naming the endpoint that cannot say."""
+    return asyncio.run(_with_served_models(endpoints, headers or {}))
+
+
+def endpoint_runner(
+    endpoints: Mapping[str, Endpoint], headers: Mapping[str, str] | None = None
+) -> Runner:
+    """Runs a contender's requests against its endpoint, ``headers`` on each request."""
 
     def run(contender: str, requests: list[RequestSpec]) -> RunResult:
-        return asyncio.run(run_open_loop(f"{base_url}/{contender}", model, requests))
+        e = endpoints[contender]
+        if e.model is None:
+            raise ValueError(f"endpoint {e.name}: no model (see with_served_models)")
+        return asyncio.run(run_open_loop(e.url, e.model, requests, headers=headers))
 
     return run
 

@@ -13,7 +13,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from nightjar_ray.loadgen.client import TIMEOUT_STATUS, RunResult, run_open_loop
@@ -54,13 +54,17 @@ def _spec(req_id: int, arrival_s: float, prompt: tuple[int, ...], max_tokens: in
 
 
 def reference_texts(
-    url: str, model: str, prompts: list[tuple[int, ...]], max_tokens: int
+    url: str,
+    model: str,
+    prompts: list[tuple[int, ...]],
+    max_tokens: int,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[Prompt, str]:
     """Each prompt's greedy output, one request at a time, before any fault."""
     out: dict[Prompt, str] = {}
     for i, prompt in enumerate(prompts):
         spec = _spec(i, 0.0, prompt, max_tokens)
-        (record,) = asyncio.run(run_open_loop(url, model, [spec])).records
+        (record,) = asyncio.run(run_open_loop(url, model, [spec], headers=headers)).records
         if not record.ok:
             raise RuntimeError(f"reference request failed: {record.status} {record.error}")
         out[prompt] = record.text or ""
@@ -93,16 +97,19 @@ def run_chaos(
     fault_at_s: float,
     recovery_timeout_s: float = 300.0,
     client_timeout_s: float = 120.0,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[ChaosReport, RunResult]:
-    """Send ``requests`` open loop; at ``fault_at_s`` call ``fault``; poll ``recovered``.
-    A request that gets no byte for ``client_timeout_s`` ends as hung."""
+    """Send ``requests`` open loop (``headers`` on each); at ``fault_at_s`` call ``fault``;
+    poll ``recovered``. A request that gets no byte for ``client_timeout_s`` ends as hung."""
     times: dict[str, float] = {}
     t0 = time.monotonic()
     injector = threading.Thread(
         target=_inject, args=(fault, recovered, fault_at_s, recovery_timeout_s, t0, times)
     )
     injector.start()
-    run = asyncio.run(run_open_loop(url, model, requests, timeout_s=client_timeout_s))
+    run = asyncio.run(
+        run_open_loop(url, model, requests, timeout_s=client_timeout_s, headers=headers)
+    )
     injector.join()
     reference_of = {s.req_id: references[s.prompt] for s in requests if s.prompt is not None}
     ok = [r for r in run.records if r.ok]

@@ -222,10 +222,12 @@ async def run_open_loop(
     on_record: Callable[[RequestRecord], None] = lambda r: None,
     timeout_s: float = 600.0,
     extra_body: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> RunResult:
-    """Send each request at its ``arrival_s``; wait for all; records in arrival order."""
+    """Send each request at its ``arrival_s``; wait for all; records in arrival order.
+    ``headers`` go on every request (:func:`request_headers`)."""
     url = completions_url(base_url)
-    async with open_session(timeout_s) as session:
+    async with open_session(timeout_s, headers) as session:
         start_unix, t0 = time.time(), time.perf_counter()
 
         async def one(spec: RequestSpec) -> RequestRecord:

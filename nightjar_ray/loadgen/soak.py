@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,8 +152,10 @@ def run_soak(
     interval_s: float = 30.0,
     settle_s: float = 10.0,
     on_sample: Callable[[SoakSample], None] = lambda s: None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[list[SoakSample], SoakSample, SoakSample, RunResult]:
-    """Idle reading, the open-loop run with periodic samples, idle reading after a settle.
+    """Idle reading, the open-loop run (``headers`` on each request) with periodic
+    samples, idle reading after a settle.
 
     Returns (samples under load, idle before, idle after, the run's records).
     """
@@ -166,7 +168,7 @@ def run_soak(
     def done(_: Any) -> None:
         recorder.num_done += 1
 
-    run = asyncio.run(run_open_loop(url, model, requests, on_record=done))
+    run = asyncio.run(run_open_loop(url, model, requests, on_record=done, headers=headers))
     recorder.stop()
     thread.join()
     time.sleep(settle_s)  # the gauges are exported every few seconds

@@ -23,7 +23,7 @@ from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.report import END, START, markdown, ratio_table, write_section
 from nightjar_ray.loadgen.stats import bootstrap_ci, paired_ratios, resolution
 from nightjar_ray.workload import RequestRecord, RequestSpec
-from tests.support import SHARED_TRACE
+from tests.support import SHARED_TRACE, cli_error
 
 SPEED = {"off": 1.0, CONTROL: 1.0, "fast": 1.2, "slow": 0.8}
 
@@ -186,24 +186,24 @@ def test_each_wave_pairs_with_its_own_off() -> None:
     assert ratio_table(old, "output_throughput")["low"]["fast"].ratios == (1.2, 1.2)
 
 
-def test_bench_serve_refuses_bad_waves_and_mismatched_files(tmp_path: Path) -> None:
-    from nightjar_ray.cli.main import main
-
+def test_bench_serve_refuses_bad_waves_and_mismatched_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # checked before any cluster starts
-    with pytest.raises(SystemExit, match="--max-resident"):
-        main(["bench-serve", "--contenders", "off,off-aa,nightjar", "--max-resident", "2"])
+    argv = ["bench-serve", "--contenders", "off,off-aa,nightjar", "--max-resident", "2"]
+    assert "--max-resident: max_resident=2 leaves no room" in cli_error(argv, capsys)
     files = []
     for i, capacity in enumerate((2.5, 3.5)):
         meta = {"capacity_rps": capacity, "pair": "default", "duration_s": 40.0}
         data = {"meta": meta, "low": {"off": [{"output_throughput": 1.0}]}}
         files.append(tmp_path / f"{i}.json")
         files[-1].write_text(json.dumps(data))
-    with pytest.raises(SystemExit, match="capacity_rps"):
-        main(["bench-serve", "--render", *map(str, files), "--out", str(tmp_path / "o")])
+    argv = ["bench-serve", "--render", *map(str, files), "--out", str(tmp_path / "o")]
+    assert "--render: the files differ in capacity_rps" in cli_error(argv, capsys)
 
 
 def test_replica_reports_sum_into_one_apps_counters() -> None:
-    from nightjar_ray.cli.bench_serve import add_counts, sum_reports
+    from nightjar_ray.cli.bench_local import add_counts, sum_reports
 
     reports = [
         {

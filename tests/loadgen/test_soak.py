@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from nightjar_ray.cli.main import main
 from nightjar_ray.cli.soak import soak_requests
 from nightjar_ray.loadgen.client import RunResult
 from nightjar_ray.loadgen.soak import (
@@ -20,7 +19,7 @@ from nightjar_ray.loadgen.soak import (
 )
 from nightjar_ray.workload import RequestRecord, RequestSpec
 from nightjar_ray.workload.trace import TRACE_ENV
-from tests.support import shared_trace
+from tests.support import cli_error, shared_trace
 
 from .test_client_stream import stub  # noqa: F401  (fixture)
 
@@ -97,17 +96,15 @@ def test_soak_requests_span_the_minutes_at_the_mean_rate() -> None:
 
 
 def test_soak_without_a_trace_exits_saying_how_to_name_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv(TRACE_ENV, raising=False)
-    with pytest.raises(
-        SystemExit, match=f"soak: no trace given: pass --trace PATH or set {TRACE_ENV}"
-    ):
-        main(["soak", "--out", str(tmp_path)])
+    error = cli_error(["soak", "--out", str(tmp_path)], capsys)
+    assert f"soak: error: no trace given: pass --trace PATH or set {TRACE_ENV}" in error
     missing = tmp_path / "missing.csv"
     monkeypatch.setenv(TRACE_ENV, str(missing))
-    with pytest.raises(SystemExit, match=f"soak: {TRACE_ENV}: trace file {missing} does not"):
-        main(["soak", "--out", str(tmp_path)])
+    error = cli_error(["soak", "--out", str(tmp_path)], capsys)
+    assert f"soak: error: {TRACE_ENV}: trace file {missing} does not" in error
 
 
 def test_run_soak_samples_during_and_around_the_load(stub: str) -> None:  # noqa: F811

@@ -494,3 +494,21 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     lines = (out / "records.jsonl").read_text().splitlines()
     assert saved["failed"] == 0 and saved["completed"] == len(lines) > 0
     assert (out / "throughput.png").stat().st_size > 0 and (out / "latency_cdf.png").exists()
+
+
+def test_bench_serve_compares_endpoints_already_running(app: App, tmp_path: Path) -> None:
+    """`nightjar-ray bench-serve --endpoint` against the running app: the served model
+    asked of /v1/models, paired rounds on both names (the app twice: an A/A pair)."""
+    from nightjar_ray.cli.main import main
+
+    out = tmp_path / "bench"
+    argv = ["bench-serve", "--endpoint", f"off={app.url}", "--endpoint", f"off-aa={app.url}",
+            "--header", "X-Bench: 1", "--capacity-rps", "5", "--rounds", "1",
+            "--duration-s", "4", "--scenarios", "low", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((out / "bench-serve.json").read_text())
+    assert data["meta"]["endpoints"]["off-aa"] == {"url": app.url, "model": MODEL_ID}
+    runs = {name: runs for name, runs in data["low"].items()}
+    assert set(runs) == {"off", "off-aa"}
+    assert runs["off"][0]["completed"] == runs["off-aa"][0]["completed"] > 0
+    assert runs["off"][0]["failed"] == runs["off-aa"][0]["failed"] == 0

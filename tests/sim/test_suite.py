@@ -15,7 +15,7 @@ from nightjar_ray.sim.suite import (
     suite_workload,
 )
 from nightjar_ray.workload.trace import TRACE_ENV
-from tests.support import SHARED_TRACE, shared_trace
+from tests.support import SHARED_TRACE, cli_error, shared_trace
 
 SETTING = get_setting("rtx4090-7b")
 
@@ -38,13 +38,13 @@ def test_every_workload_is_deterministic_sorted_and_fits_the_model(name: str) ->
 
 
 def test_the_trace_workload_needs_a_trace_and_says_how_to_give_one(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ValueError, match=f"pass --trace PATH or set {TRACE_ENV}"):
         suite_workload("trace", SETTING, 0)
     monkeypatch.delenv(TRACE_ENV, raising=False)
-    with pytest.raises(SystemExit, match=f"simulate suite: no trace given: .*{TRACE_ENV}"):
-        main(["simulate", "suite", "--workloads", "low,trace", "--seeds", "0"])
+    error = cli_error(["simulate", "suite", "--workloads", "low,trace", "--seeds", "0"], capsys)
+    assert f"simulate: error: no trace given: pass --trace PATH or set {TRACE_ENV}" in error
 
 
 def test_capacity_is_measured_per_length_mix() -> None:
@@ -100,17 +100,19 @@ def test_run_suite_runs_the_lengthened_workloads() -> None:
     assert requests[1] > 1.8 * requests[0]
 
 
-def test_length_scale_out_of_range_is_refused_naming_it() -> None:
+def test_length_scale_out_of_range_is_refused_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     for bad in (0, 9):
         with pytest.raises(ValueError, match="length_scale"):
             suite_workload("low", SETTING, 0, bad)
-        with pytest.raises(ValueError, match="--length-scale"):
-            main(["simulate", "suite", "--workloads", "low", "--length-scale", str(bad)])
+        argv = ["simulate", "suite", "--workloads", "low", "--length-scale", str(bad)]
+        assert "--length-scale: expected an integer in 1..8" in cli_error(argv, capsys)
     compare = ["simulate", "compare", "--setting", "l20x2-32b", "--contenders", "off"]
-    with pytest.raises(ValueError, match="--length-scale"):
-        main([*compare, "--workloads", "low", "--length-scale", "9"])
-    with pytest.raises(ValueError, match="--length-scale applies to --workloads"):
-        main([*compare, "--length-scale", "2"])
+    argv = [*compare, "--workloads", "low", "--length-scale", "9"]
+    assert "--length-scale: expected an integer in 1..8" in cli_error(argv, capsys)
+    argv = [*compare, "--length-scale", "2"]
+    assert "--length-scale applies to --workloads" in cli_error(argv, capsys)
 
 
 def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,8 +127,8 @@ def test_simulate_suite_and_compare_run_named_workloads(capsys: pytest.CaptureFi
     compare = ["simulate", "compare", "--setting", "l20x2-32b", "--workloads", "prefill-heavy"]
     assert main([*compare, "--contenders", "nightjar"]) == 0
     assert "| prefill-heavy |" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="--workloads"):
-        main(["simulate", "suite", "--workloads", "bogus"])
+    error = cli_error(["simulate", "suite", "--workloads", "bogus"], capsys)
+    assert "argument --workloads: unknown suite workload 'bogus'; choose from low," in error
 
 
 def test_policy_seed_offset_changes_only_the_policys_draws() -> None:
