@@ -26,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
-import tomllib
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet

@@ -26,12 +26,12 @@ import functools
 import json
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -182,3 +182,17 @@ def test_commands_without_a_server_run_with_only_runtime_dependencies(
     proc = run_runtime_only("nightjar_ray.cli.main:main", ["nightjar-ray", *argv])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip(), "the command printed nothing"
+
+
+def test_a_command_that_needs_an_extra_names_it_in_one_line() -> None:
+    """``dashboards provision`` needs grafana-client (the ``ops`` extra): without it the
+    user reads which extra to install, not a traceback."""
+    proc = run_runtime_only(
+        "nightjar_ray.cli.main:main",
+        ["nightjar-ray", "dashboards", "provision", "--url", "http://127.0.0.1:9"],
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "nightjar-ray dashboards: error: needs 'grafana_client', which the "
+        "nightjar-ray[ops] extra installs (docs/install.md)"
+    ]

@@ -27,6 +27,13 @@ from nightjar_ray.cli.args import HelpFormatter, UsageError, all_parsers
 
 COMMANDS = (demo, loadgen, bench_serve, chaos, soak, dashboards, simulate)
 DISTRIBUTION = "nightjar-ray"
+EXTRA_BY_MODULE = {
+    "vllm": "cpu] or [gpu",
+    "torch": "cpu] or [gpu",
+    "transformers": "cpu] or [gpu",
+    "grafana_client": "ops",
+}
+"""Top-level modules an extra provides, and the extra a command that needs one asks for."""
 
 
 def version() -> str:
@@ -56,6 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
     except UsageError as e:
         print(f"nightjar-ray {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        top = (e.name or "").partition(".")[0]
+        if top not in EXTRA_BY_MODULE:
+            raise
+        print(
+            f"nightjar-ray {args.command}: error: needs {top!r}, which the "
+            f"nightjar-ray[{EXTRA_BY_MODULE[top]}] extra installs (docs/install.md)",
+            file=sys.stderr,
+        )
         return 2
     return code
 

@@ -258,7 +258,7 @@ async def _with_served_models(
         for e in endpoints:
             try:
                 model = e.model or await served_model(session, e.url)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            except (TimeoutError, aiohttp.ClientError) as err:
                 raise ValueError(f"{e.name}: {e.url} does not answer: {err!r}") from None
             out.append(Endpoint(e.name, e.url, model))
     return out

@@ -170,7 +170,7 @@ async def send(
                 await _read_stream(resp, stream, t0)
                 finish_s = time.perf_counter() - t0
                 status, error = stream.outcome()
-    except asyncio.TimeoutError as e:  # aiohttp's connect and read timeouts included
+    except TimeoutError as e:  # aiohttp's connect and read timeouts included
         status, error = TIMEOUT_STATUS, repr(e)[:500]
     except (
         aiohttp.ClientError,
