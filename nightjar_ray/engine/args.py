@@ -2,9 +2,11 @@
 
 >>> from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
 >>> kwargs = nightjar_engine_args(
-...     NightjarConfig(policy="nightjar", gamma_max=4),
+...     NightjarConfig(policy="nightjar"),
 ...     model="/models/target",
-...     speculative_config={"method": "draft_model", "model": "/models/draft"},
+...     speculative_config={
+...         "method": "draft_model", "model": "/models/draft", "num_speculative_tokens": 4
+...     },
 ... )
 >>> # vllm.LLM(**kwargs) or AsyncEngineArgs(**kwargs)
 
@@ -38,8 +40,9 @@ def nightjar_engine_args(
     ``start_hook``: a ``"module:function"`` the scheduler calls at start with its config
     and step driver (``START_HOOK_KEY``; Ray Serve's builder passes its link).
 
-    ``speculative_config["num_speculative_tokens"]`` is set to ``gamma_max``
-    (it sizes vLLM's buffers; the policy picks 0..gamma_max per step).
+    ``speculative_config["num_speculative_tokens"]`` is the largest gamma: it sizes
+    vLLM's buffers and the policy picks 0..num_speculative_tokens per step. Unset, it is
+    the deprecated ``config.gamma_max`` or 4 (:meth:`NightjarConfig.with_num_speculative_tokens`).
     """
     cfg = config if isinstance(config, NightjarConfig) else _validate(config)
     spec = dict(engine_kwargs.pop("speculative_config", None) or {})
@@ -48,12 +51,8 @@ def nightjar_engine_args(
         raise ValueError(
             f"speculative_config.method must be one of {SUPPORTED_METHODS}, got {method!r}"
         )
-    given = spec.setdefault("num_speculative_tokens", cfg.gamma_max)
-    if given != cfg.gamma_max:
-        raise ValueError(
-            f"speculative_config.num_speculative_tokens={given} must equal "
-            f"gamma_max={cfg.gamma_max}"
-        )
+    cfg = cfg.with_num_speculative_tokens(spec.get("num_speculative_tokens"))
+    spec["num_speculative_tokens"] = cfg.num_speculative_tokens
     for key in ("scheduler_cls", "worker_cls"):
         if key in engine_kwargs:
             raise ValueError(f"{key} is set by nightjar_engine_args; do not pass it")

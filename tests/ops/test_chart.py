@@ -93,7 +93,8 @@ def test_serve_config_parses_into_the_app_config(
     assert serve_config == yaml.safe_load((ROOT / "deploy" / f"{deploy_file}.yaml").read_text())
     for app in serve_config["applications"]:
         parsed = parse_app_config(app["args"])
-        assert parsed.nightjar.gamma_max == app["args"]["nightjar"]["gamma_max"]
+        spec = app["args"]["engine_kwargs"]["speculative_config"]
+        assert parsed.nightjar.num_speculative_tokens == spec["num_speculative_tokens"]
 
 
 def test_worker_groups_request_the_gpus_tensor_parallelism_needs(
