@@ -16,9 +16,18 @@ process starts: a bad field raises ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any
 
-from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
+from nightjar_ray.engine.config import (
+    ADDITIONAL_CONFIG_KEY,
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    MAX_NUM_SPECULATIVE_TOKENS,
+    NightjarConfig,
+)
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER_CLS = "nightjar_ray.engine.scheduler.NightjarScheduler"
 WORKER_CLS = "nightjar_ray.engine.worker.NightjarWorker"
@@ -42,7 +51,7 @@ def nightjar_engine_args(
 
     ``speculative_config["num_speculative_tokens"]`` is the largest gamma: it sizes
     vLLM's buffers and the policy picks 0..num_speculative_tokens per step. Unset, it is
-    the deprecated ``config.gamma_max`` or 4 (:meth:`NightjarConfig.with_num_speculative_tokens`).
+    the deprecated ``config.gamma_max`` or 4 (:func:`with_num_speculative_tokens`).
     """
     cfg = config if isinstance(config, NightjarConfig) else _validate(config)
     spec = dict(engine_kwargs.pop("speculative_config", None) or {})
@@ -51,7 +60,7 @@ def nightjar_engine_args(
         raise ValueError(
             f"speculative_config.method must be one of {SUPPORTED_METHODS}, got {method!r}"
         )
-    cfg = cfg.with_num_speculative_tokens(spec.get("num_speculative_tokens"))
+    cfg = with_num_speculative_tokens(cfg, spec.get("num_speculative_tokens"))
     spec["num_speculative_tokens"] = cfg.num_speculative_tokens
     for key in ("scheduler_cls", "worker_cls"):
         if key in engine_kwargs:
@@ -72,6 +81,44 @@ def nightjar_engine_args(
     }
 
 
+def with_num_speculative_tokens(
+    config: NightjarConfig,
+    num_speculative_tokens: Any,
+    *,
+    nightjar_field: str = "nightjar",
+    spec_field: str = "speculative_config",
+) -> NightjarConfig:
+    """``config`` for an engine whose ``speculative_config.num_speculative_tokens`` is
+    ``num_speculative_tokens`` (None: not set there). The result drops the deprecated
+    ``gamma_max`` and holds the resolved largest gamma in ``policy_params``.
+
+    Set there: it is the largest gamma; a ``gamma_max`` or ``policy_params.gamma_max``
+    that differs is an error. Not set: the deprecated ``gamma_max``, else
+    :data:`DEFAULT_NUM_SPECULATIVE_TOKENS`. A ``gamma_max`` warns
+    (``DeprecationWarning`` and a log line). ``ValueError`` messages name the fields
+    as ``<nightjar_field>.gamma_max`` and ``<spec_field>.num_speculative_tokens``.
+    """
+    spec_name = f"{spec_field}.num_speculative_tokens"
+    alias_name = f"{nightjar_field}.gamma_max"
+    given = _check_num_speculative_tokens(num_speculative_tokens, spec_name)
+    if config.gamma_max is not None:
+        _warn_deprecated_gamma_max(alias_name, spec_name)
+        if given is not None and given != config.gamma_max:
+            raise ValueError(
+                f"{alias_name}={config.gamma_max} and {spec_name}={given} disagree: "
+                f"{alias_name} is a deprecated alias of {spec_name}; remove it"
+            )
+    num = given if given is not None else config.gamma_max or DEFAULT_NUM_SPECULATIVE_TOKENS
+    params = dict(config.policy_params)
+    if params.setdefault("gamma_max", num) != num:
+        raise ValueError(
+            f"{nightjar_field}.policy_params.gamma_max={params['gamma_max']} differs from "
+            f"{spec_name}={num}; leave it out (it is filled in from {spec_name})"
+        )
+    raw = config.model_dump(exclude={"gamma_max"})
+    return NightjarConfig.model_validate({**raw, "policy_params": params})
+
+
 def _validate(raw: dict[str, Any]) -> NightjarConfig:
     from pydantic import ValidationError
 
@@ -80,3 +127,19 @@ def _validate(raw: dict[str, Any]) -> NightjarConfig:
     except ValidationError as e:
         fields = ", ".join(".".join(str(p) for p in err["loc"]) or "<root>" for err in e.errors())
         raise ValueError(f"invalid NightjarConfig (fields: {fields}): {e}") from e
+
+
+def _check_num_speculative_tokens(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} must be an integer, got {value!r}")
+    if not 1 <= value <= MAX_NUM_SPECULATIVE_TOKENS:
+        raise ValueError(f"{field} must be in 1..{MAX_NUM_SPECULATIVE_TOKENS}, got {value}")
+    return value
+
+
+def _warn_deprecated_gamma_max(alias_name: str, spec_name: str) -> None:
+    message = f"{alias_name} is deprecated: set {spec_name} (vLLM's name for the largest gamma)"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    logger.warning("nightjar: %s", message)

@@ -8,19 +8,18 @@ schema (the product schema).
 
 The largest gamma is vLLM's own ``speculative_config.num_speculative_tokens``
 (:func:`~nightjar_ray.engine.args.nightjar_engine_args` reads it, default
-:data:`DEFAULT_NUM_SPECULATIVE_TOKENS`); ``gamma_max`` is a deprecated alias of it.
+:data:`DEFAULT_NUM_SPECULATIVE_TOKENS`) and reaches the policy as ``policy_params``'
+``gamma_max``; the field ``gamma_max`` is a deprecated alias of it.
 
->>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2})
->>> cfg.with_num_speculative_tokens(3).policy_config().gamma_max
+>>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2, "gamma_max": 3})
+>>> cfg.policy_config().gamma_max
 3
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import random
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,8 +45,6 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 4
 """The largest gamma when neither ``speculative_config.num_speculative_tokens`` nor the
 deprecated ``gamma_max`` is set."""
 MAX_NUM_SPECULATIVE_TOKENS = 16
-
-logger = logging.getLogger(__name__)
 
 DraftSyncMode = Literal["catch-up", "stock", "none"]
 """What a worker does with the draft on gamma = 0 ("none": ``testing.skip_catch_up``)."""
@@ -350,46 +347,9 @@ class NightjarConfig(BaseModel):
     def num_speculative_tokens(self) -> int:
         """The largest gamma the policy may pick: ``policy_params``' gamma_max, else the
         deprecated ``gamma_max``, else :data:`DEFAULT_NUM_SPECULATIVE_TOKENS`. A config that
-        went through :meth:`with_num_speculative_tokens` holds vLLM's value there."""
+        went through ``engine.args.with_num_speculative_tokens`` holds vLLM's value there."""
         given = self.policy_params.get("gamma_max", self.gamma_max)
         return DEFAULT_NUM_SPECULATIVE_TOKENS if given is None else int(given)
-
-    def with_num_speculative_tokens(
-        self,
-        num_speculative_tokens: Any,
-        *,
-        nightjar_field: str = "nightjar",
-        spec_field: str = "speculative_config",
-    ) -> NightjarConfig:
-        """This config for an engine whose ``speculative_config.num_speculative_tokens`` is
-        ``num_speculative_tokens`` (None: not set there). The result drops the deprecated
-        ``gamma_max`` and holds the resolved largest gamma in ``policy_params``.
-
-        Set there: it is the largest gamma; a ``gamma_max`` or ``policy_params.gamma_max``
-        that differs is an error. Not set: the deprecated ``gamma_max``, else
-        :data:`DEFAULT_NUM_SPECULATIVE_TOKENS`. A ``gamma_max`` warns
-        (``DeprecationWarning`` and a log line). ``ValueError`` messages name the fields
-        as ``<nightjar_field>.gamma_max`` and ``<spec_field>.num_speculative_tokens``.
-        """
-        spec_name = f"{spec_field}.num_speculative_tokens"
-        alias_name = f"{nightjar_field}.gamma_max"
-        given = _check_num_speculative_tokens(num_speculative_tokens, spec_name)
-        if self.gamma_max is not None:
-            _warn_deprecated_gamma_max(alias_name, spec_name)
-            if given is not None and given != self.gamma_max:
-                raise ValueError(
-                    f"{alias_name}={self.gamma_max} and {spec_name}={given} disagree: "
-                    f"{alias_name} is a deprecated alias of {spec_name}; remove it"
-                )
-        num = given if given is not None else self.gamma_max or DEFAULT_NUM_SPECULATIVE_TOKENS
-        params = dict(self.policy_params)
-        if params.setdefault("gamma_max", num) != num:
-            raise ValueError(
-                f"{nightjar_field}.policy_params.gamma_max={params['gamma_max']} differs from "
-                f"{spec_name}={num}; leave it out (it is filled in from {spec_name})"
-            )
-        raw = self.model_dump(exclude={"gamma_max"})
-        return NightjarConfig.model_validate({**raw, "policy_params": params})
 
     def to_additional_config(self) -> dict[str, Any]:
         """The ``additional_config`` entry the scheduler and workers read back."""
@@ -400,19 +360,3 @@ class NightjarConfig(BaseModel):
         """Inverse of :meth:`to_additional_config`; defaults when absent."""
         raw = (additional_config or {}).get(ADDITIONAL_CONFIG_KEY) or {}
         return cls.model_validate(raw)
-
-
-def _check_num_speculative_tokens(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field} must be an integer, got {value!r}")
-    if not 1 <= value <= MAX_NUM_SPECULATIVE_TOKENS:
-        raise ValueError(f"{field} must be in 1..{MAX_NUM_SPECULATIVE_TOKENS}, got {value}")
-    return value
-
-
-def _warn_deprecated_gamma_max(alias_name: str, spec_name: str) -> None:
-    message = f"{alias_name} is deprecated: set {spec_name} (vLLM's name for the largest gamma)"
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    logger.warning("nightjar: %s", message)

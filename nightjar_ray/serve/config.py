@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightjar_ray.engine.args import nightjar_engine_args
+from nightjar_ray.engine.args import nightjar_engine_args, with_num_speculative_tokens
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_runtime_env
 from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
@@ -172,8 +172,11 @@ def _engine_kwargs(
         spec["model"] = _resolve(spec["model"], f"{field}.model")
     kwargs["speculative_config"] = spec
     try:
-        config = config.with_num_speculative_tokens(
-            spec.get("num_speculative_tokens"), nightjar_field=f"{prefix}nightjar", spec_field=field
+        config = with_num_speculative_tokens(
+            config,
+            spec.get("num_speculative_tokens"),
+            nightjar_field=f"{prefix}nightjar",
+            spec_field=field,
         )
     except ValueError as e:
         raise ValueError(f"invalid config: {e}") from None

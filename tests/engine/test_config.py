@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
+from nightjar_ray.engine.args import with_num_speculative_tokens
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY
 
 SPEC = {"method": "draft_model", "model": "/models/draft"}
@@ -56,7 +57,7 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
     extra = kw["additional_config"]
     assert isinstance(extra, dict) and extra["other"] == 1
     wired = NightjarConfig.from_additional_config(extra)
-    assert wired == cfg.with_num_speculative_tokens(3)
+    assert wired == with_num_speculative_tokens(cfg, 3)
     assert wired.switch_cost_profile == str(profile) and wired.gamma_max is None
     policy_cfg = wired.policy_config()
     assert policy_cfg.gamma_max == 3
