@@ -117,7 +117,7 @@ class SyntheticReplica:
     def __init__(self, name: str, actor_name: str, seed: int, max_batch: int) -> None:
         config = NightjarConfig(seed=seed)
         self.driver = StepDriver(
-            config.build_policy(), gamma_cap=config.gamma_max, clock=time.monotonic
+            config.build_policy(), gamma_cap=config.num_speculative_tokens, clock=time.monotonic
         )
         import ray
 

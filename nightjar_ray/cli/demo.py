@@ -70,7 +70,11 @@ def demo_app_args(pair: str, replicas: int) -> dict[str, Any]:
     return {
         "model_loading_config": {"model_id": MODEL_ID, "model_source": f"generated:{pair}"},
         "engine_kwargs": {
-            "speculative_config": {"method": "draft_model", "model": f"generated:{pair}/draft"},
+            "speculative_config": {
+                "method": "draft_model",
+                "model": f"generated:{pair}/draft",
+                "num_speculative_tokens": 4,
+            },
             "max_model_len": 1024,
             "max_num_seqs": 32,
             "dtype": "float32",
@@ -78,7 +82,7 @@ def demo_app_args(pair: str, replicas: int) -> dict[str, Any]:
         "placement_group_config": {"bundles": [{"CPU": 1}]},
         "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "2"}},
         "deployment_config": {"num_replicas": replicas},
-        "nightjar": {"policy": "nightjar", "gamma_max": 4, "pooling": {"sync_interval_s": 1.0}},
+        "nightjar": {"policy": "nightjar", "pooling": {"sync_interval_s": 1.0}},
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from nightjar_ray.serve.context import NAMESPACE
+from nightjar_ray.serve.context import NAMESPACE, policy_actor_prefix
 
 if TYPE_CHECKING:
     from nightjar_ray.cli.local_cluster import LocalCluster
@@ -19,36 +19,45 @@ REPLICA_PREFIX = "SERVE_REPLICA::"
 LLM_DEPLOYMENT = "NightjarLLMServer"
 
 
-def policy_actor(app: str) -> Any:
-    """The app's policy actor handle (one per deployment fingerprint; must be unique)."""
+def deployment_name(model: str) -> str:
+    """The Serve deployment of ``model`` (Ray Serve LLM names it after the model ID)."""
+    return f"{LLM_DEPLOYMENT}:" + model.replace("/", "--").replace(".", "_")
+
+
+def policy_actor(app: str, model: str | None = None) -> Any:
+    """The policy actor handle of the app (of its model ``model`` in an app of several;
+    one per model and fingerprint; must be unique)."""
     import ray
 
+    prefix = policy_actor_prefix(app, model)
     names = [
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
-        if a["namespace"] == NAMESPACE and a["name"].startswith(f"nightjar-policy.{app}.")
+        if a["namespace"] == NAMESPACE and a["name"].startswith(prefix)
     ]
     if len(names) != 1:
-        raise RuntimeError(f"expected one policy actor for app {app!r}, found {names}")
+        raise RuntimeError(f"expected one policy actor named {prefix}*, found {names}")
     return ray.get_actor(names[0], namespace=NAMESPACE)
 
 
-def kill_policy_actor(app: str) -> float:
+def kill_policy_actor(app: str, model: str | None = None) -> float:
     """Kill the policy actor (Ray restarts it); returns the time of the kill."""
     import ray
 
-    ray.kill(policy_actor(app), no_restart=False)
+    ray.kill(policy_actor(app, model), no_restart=False)
     return time.time()
 
 
-def policy_actor_recovered(app: str, killed_at: float, num_replicas: int) -> bool:
+def policy_actor_recovered(
+    app: str, killed_at: float, num_replicas: int, model: str | None = None
+) -> bool:
     """The restarted actor restored its snapshot and ``num_replicas`` replicas exchanged
     with it since ``killed_at``."""
     import ray
     from ray.exceptions import RayError
 
     try:
-        status = ray.get(policy_actor(app).status.remote(), timeout=10)
+        status = ray.get(policy_actor(app, model).status.remote(), timeout=10)
     except (RayError, RuntimeError):
         return False
     # NOTE: the policy pool lists every replica that ever pushed (a dead one stays listed, its
@@ -57,11 +66,12 @@ def policy_actor_recovered(app: str, killed_at: float, num_replicas: int) -> boo
     return bool(status["restored"] and synced >= num_replicas)
 
 
-def llm_replicas(app: str) -> list[str]:
-    """Names of the app's running Nightjar replica actors."""
+def llm_replicas(app: str, model: str | None = None) -> list[str]:
+    """Names of the app's running Nightjar replica actors (of ``model`` only, if given)."""
     import ray
 
-    prefix = f"{REPLICA_PREFIX}{app}#{LLM_DEPLOYMENT}"
+    deployment = LLM_DEPLOYMENT if model is None else f"{deployment_name(model)}#"
+    prefix = f"{REPLICA_PREFIX}{app}#{deployment}"
     return sorted(
         a["name"]
         for a in ray.util.list_named_actors(all_namespaces=True)
@@ -69,29 +79,32 @@ def llm_replicas(app: str) -> list[str]:
     )
 
 
-def kill_one_replica(app: str) -> str:
-    """Kill one Nightjar replica for good (Serve must start a new one); returns its name."""
+def kill_one_replica(app: str, model: str | None = None) -> str:
+    """Kill one Nightjar replica (of ``model``, if given) for good (Serve must start a new
+    one); returns its name."""
     import ray
 
-    names = llm_replicas(app)
+    names = llm_replicas(app, model)
     if not names:
         raise RuntimeError(f"no Nightjar replica of app {app!r} to kill")
     ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)
     return names[0]
 
 
-def replicas_replaced(app: str, killed: str, target: int) -> bool:
-    """Serve runs ``target`` healthy Nightjar replicas again, none of them ``killed``."""
+def replicas_replaced(app: str, killed: str, target: int, model: str | None = None) -> bool:
+    """Serve runs ``target`` healthy Nightjar replicas (of ``model``, if given) again, none
+    of them ``killed``."""
     from ray import serve
 
-    names = llm_replicas(app)
+    names = llm_replicas(app, model)
     if killed in names or len(names) < target:
         return False
     status = serve.status().applications.get(app)
     if status is None:
         return False
     for name, deployment in status.deployments.items():
-        if name.startswith(LLM_DEPLOYMENT):
+        ours = name.startswith(LLM_DEPLOYMENT) if model is None else name == deployment_name(model)
+        if ours:
             running = {str(k).rsplit(".", 1)[-1]: v for k, v in deployment.replica_states.items()}
             return running.get("RUNNING", 0) >= target
     return False

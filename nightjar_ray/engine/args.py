@@ -2,9 +2,11 @@
 
 >>> from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
 >>> kwargs = nightjar_engine_args(
-...     NightjarConfig(policy="nightjar", gamma_max=4),
+...     NightjarConfig(policy="nightjar"),
 ...     model="/models/target",
-...     speculative_config={"method": "draft_model", "model": "/models/draft"},
+...     speculative_config={
+...         "method": "draft_model", "model": "/models/draft", "num_speculative_tokens": 4
+...     },
 ... )
 >>> # vllm.LLM(**kwargs) or AsyncEngineArgs(**kwargs)
 
@@ -14,9 +16,18 @@ process starts: a bad field raises ``ValueError`` naming it.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any
 
-from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
+from nightjar_ray.engine.config import (
+    ADDITIONAL_CONFIG_KEY,
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    MAX_NUM_SPECULATIVE_TOKENS,
+    NightjarConfig,
+)
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER_CLS = "nightjar_ray.engine.scheduler.NightjarScheduler"
 WORKER_CLS = "nightjar_ray.engine.worker.NightjarWorker"
@@ -38,8 +49,9 @@ def nightjar_engine_args(
     ``start_hook``: a ``"module:function"`` the scheduler calls at start with its config
     and step driver (``START_HOOK_KEY``; Ray Serve's builder passes its link).
 
-    ``speculative_config["num_speculative_tokens"]`` is set to ``gamma_max``
-    (it sizes vLLM's buffers; the policy picks 0..gamma_max per step).
+    ``speculative_config["num_speculative_tokens"]`` is the largest gamma: it sizes
+    vLLM's buffers and the policy picks 0..num_speculative_tokens per step. Unset, it is
+    the deprecated ``config.gamma_max`` or 4 (:func:`with_num_speculative_tokens`).
     """
     cfg = config if isinstance(config, NightjarConfig) else _validate(config)
     spec = dict(engine_kwargs.pop("speculative_config", None) or {})
@@ -48,12 +60,8 @@ def nightjar_engine_args(
         raise ValueError(
             f"speculative_config.method must be one of {SUPPORTED_METHODS}, got {method!r}"
         )
-    given = spec.setdefault("num_speculative_tokens", cfg.gamma_max)
-    if given != cfg.gamma_max:
-        raise ValueError(
-            f"speculative_config.num_speculative_tokens={given} must equal "
-            f"gamma_max={cfg.gamma_max}"
-        )
+    cfg = with_num_speculative_tokens(cfg, spec.get("num_speculative_tokens"))
+    spec["num_speculative_tokens"] = cfg.num_speculative_tokens
     for key in ("scheduler_cls", "worker_cls"):
         if key in engine_kwargs:
             raise ValueError(f"{key} is set by nightjar_engine_args; do not pass it")
@@ -73,6 +81,44 @@ def nightjar_engine_args(
     }
 
 
+def with_num_speculative_tokens(
+    config: NightjarConfig,
+    num_speculative_tokens: Any,
+    *,
+    nightjar_field: str = "nightjar",
+    spec_field: str = "speculative_config",
+) -> NightjarConfig:
+    """``config`` for an engine whose ``speculative_config.num_speculative_tokens`` is
+    ``num_speculative_tokens`` (None: not set there). The result drops the deprecated
+    ``gamma_max`` and holds the resolved largest gamma in ``policy_params``.
+
+    Set there: it is the largest gamma; a ``gamma_max`` or ``policy_params.gamma_max``
+    that differs is an error. Not set: the deprecated ``gamma_max``, else
+    :data:`DEFAULT_NUM_SPECULATIVE_TOKENS`. A ``gamma_max`` warns
+    (``DeprecationWarning`` and a log line). ``ValueError`` messages name the fields
+    as ``<nightjar_field>.gamma_max`` and ``<spec_field>.num_speculative_tokens``.
+    """
+    spec_name = f"{spec_field}.num_speculative_tokens"
+    alias_name = f"{nightjar_field}.gamma_max"
+    given = _check_num_speculative_tokens(num_speculative_tokens, spec_name)
+    if config.gamma_max is not None:
+        _warn_deprecated_gamma_max(alias_name, spec_name)
+        if given is not None and given != config.gamma_max:
+            raise ValueError(
+                f"{alias_name}={config.gamma_max} and {spec_name}={given} disagree: "
+                f"{alias_name} is a deprecated alias of {spec_name}; remove it"
+            )
+    num = given if given is not None else config.gamma_max or DEFAULT_NUM_SPECULATIVE_TOKENS
+    params = dict(config.policy_params)
+    if params.setdefault("gamma_max", num) != num:
+        raise ValueError(
+            f"{nightjar_field}.policy_params.gamma_max={params['gamma_max']} differs from "
+            f"{spec_name}={num}; leave it out (it is filled in from {spec_name})"
+        )
+    raw = config.model_dump(exclude={"gamma_max"})
+    return NightjarConfig.model_validate({**raw, "policy_params": params})
+
+
 def _validate(raw: dict[str, Any]) -> NightjarConfig:
     from pydantic import ValidationError
 
@@ -81,3 +127,19 @@ def _validate(raw: dict[str, Any]) -> NightjarConfig:
     except ValidationError as e:
         fields = ", ".join(".".join(str(p) for p in err["loc"]) or "<root>" for err in e.errors())
         raise ValueError(f"invalid NightjarConfig (fields: {fields}): {e}") from e
+
+
+def _check_num_speculative_tokens(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} must be an integer, got {value!r}")
+    if not 1 <= value <= MAX_NUM_SPECULATIVE_TOKENS:
+        raise ValueError(f"{field} must be in 1..{MAX_NUM_SPECULATIVE_TOKENS}, got {value}")
+    return value
+
+
+def _warn_deprecated_gamma_max(alias_name: str, spec_name: str) -> None:
+    message = f"{alias_name} is deprecated: set {spec_name} (vLLM's name for the largest gamma)"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    logger.warning("nightjar: %s", message)

@@ -6,7 +6,12 @@ scheduler (engine-core process) and to every worker, which re-validate it
 block (:class:`TestingConfig`) holds test-only switches and is left out of the JSON
 schema (the product schema).
 
->>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2}, gamma_max=3)
+The largest gamma is vLLM's own ``speculative_config.num_speculative_tokens``
+(:func:`~nightjar_ray.engine.args.nightjar_engine_args` reads it, default
+:data:`DEFAULT_NUM_SPECULATIVE_TOKENS`) and reaches the policy as ``policy_params``'
+``gamma_max``; the field ``gamma_max`` is a deprecated alias of it.
+
+>>> cfg = NightjarConfig(policy="fixed", policy_params={"gamma": 2, "gamma_max": 3})
 >>> cfg.policy_config().gamma_max
 3
 """
@@ -18,7 +23,7 @@ import random
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from nightjar_ray.engine.testing_config import TestingConfig
@@ -35,6 +40,11 @@ from nightjar_ray.policy import (
 from nightjar_ray.policy.registry import load_switch_cost
 
 ADDITIONAL_CONFIG_KEY = "nightjar"
+
+DEFAULT_NUM_SPECULATIVE_TOKENS = 4
+"""The largest gamma when neither ``speculative_config.num_speculative_tokens`` nor the
+deprecated ``gamma_max`` is set."""
+MAX_NUM_SPECULATIVE_TOKENS = 16
 
 DraftSyncMode = Literal["catch-up", "stock", "none"]
 """What a worker does with the draft on gamma = 0 ("none": ``testing.skip_catch_up``)."""
@@ -149,14 +159,21 @@ class NightjarConfig(BaseModel):
         default_factory=dict,
         description=(
             "The policy's own parameters (docs/policies.md), e.g. fixed: {gamma: 3}; the "
-            "nightjar presets take none. gamma_max is filled in from gamma_max."
+            "nightjar presets take none. gamma_max is filled in from "
+            "speculative_config.num_speculative_tokens (if given here, it must equal it)."
         ),
     )
-    gamma_max: int = Field(
-        default=4,
+    gamma_max: int | None = Field(
+        default=None,
         ge=1,
-        le=16,
-        description="Largest speculative length (Gamma_max); vLLM's num_speculative_tokens.",
+        le=MAX_NUM_SPECULATIVE_TOKENS,
+        description=(
+            "Deprecated alias of engine_kwargs.speculative_config.num_speculative_tokens "
+            "(vLLM's name for the largest speculative length, default "
+            f"{DEFAULT_NUM_SPECULATIVE_TOKENS}): set that instead. Accepted with a "
+            "deprecation warning; an error when both are set and differ."
+        ),
+        json_schema_extra={"deprecated": True},
     )
     switch_cost_profile: str | None = Field(
         default=None,
@@ -206,6 +223,13 @@ class NightjarConfig(BaseModel):
         default_factory=TestingConfig,
         description="Tests, benchmarks and chaos runs only; not in the product schema.",
     )
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, policy: str) -> str:
+        if policy not in policy_names():
+            raise ValueError(f"unknown policy {policy!r}; choose from {policy_names()}")
+        return policy
 
     @model_validator(mode="after")
     def _check(self) -> NightjarConfig:
@@ -279,7 +303,7 @@ class NightjarConfig(BaseModel):
         testing = self.testing
         if testing.forced_gammas is not None:
             steps = testing.forced_steps_per_gamma
-            return ForcedSchedulePolicy(testing.forced_gammas, steps, self.gamma_max)
+            return ForcedSchedulePolicy(testing.forced_gammas, steps, self.num_speculative_tokens)
         table = None
         if self.policy in PRESETS and self.switch_cost_profile is not None:
             table = load_switch_cost(self.switch_cost_profile, 0.0)
@@ -298,8 +322,8 @@ class NightjarConfig(BaseModel):
         if self.policy not in policy_names():
             raise ValueError(f"unknown policy {self.policy!r}; choose from {policy_names()}")
         params = dict(self.policy_params)
-        given = params.setdefault("gamma_max", self.gamma_max)
-        if given != self.gamma_max:
+        given = params.setdefault("gamma_max", self.num_speculative_tokens)
+        if self.gamma_max is not None and given != self.gamma_max:
             raise ValueError(
                 f"policy_params.gamma_max={given} differs from gamma_max={self.gamma_max}"
             )
@@ -312,11 +336,22 @@ class NightjarConfig(BaseModel):
         if not overrides:
             return policy_config(self.policy, params)
         if "gamma_max" in overrides:
-            raise ValueError("testing.policy_overrides cannot set gamma_max; set gamma_max")
+            raise ValueError(
+                "testing.policy_overrides cannot set gamma_max; set "
+                "speculative_config.num_speculative_tokens"
+            )
         try:
             return policy_config(self.policy, {**params, **overrides})
         except ValueError as e:
             raise ValueError(f"testing.policy_overrides: {e}") from e
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """The largest gamma the policy may pick: ``policy_params``' gamma_max, else the
+        deprecated ``gamma_max``, else :data:`DEFAULT_NUM_SPECULATIVE_TOKENS`. A config that
+        went through ``engine.args.with_num_speculative_tokens`` holds vLLM's value there."""
+        given = self.policy_params.get("gamma_max", self.gamma_max)
+        return DEFAULT_NUM_SPECULATIVE_TOKENS if given is None else int(given)
 
     def to_additional_config(self) -> dict[str, Any]:
         """The ``additional_config`` entry the scheduler and workers read back."""

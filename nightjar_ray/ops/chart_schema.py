@@ -61,11 +61,11 @@ CLAIM = {
 """A PersistentVolumeClaim the chart creates, or an existing one."""
 
 
-def _application() -> dict[str, Any]:
+def _model_args() -> dict[str, Any]:
     # The chart mounts the snapshot volume on the head, where the policy actor runs: the
     # NightjarConfig schema plus `pooling.actor_node: head` (its default).
     on_head = {"properties": {"pooling": {"properties": {"actor_node": {"const": "head"}}}}}
-    args = {
+    return {
         "type": "object",
         "properties": {
             "nightjar": {"allOf": [{"$ref": "#/$defs/NightjarConfig"}, on_head]},
@@ -79,6 +79,20 @@ def _application() -> dict[str, Any]:
         },
         "required": ["model_loading_config"],
     }
+
+
+def _application() -> dict[str, Any]:
+    # `args` is one model (LLMConfig fields + nightjar) or Ray Serve LLM's
+    # `llm_configs: [...]` with a nightjar block per model (docs/serve.md).
+    models = _obj(
+        {
+            "llm_configs": {"type": "array", "minItems": 1, "items": _model_args()},
+            "ingress_deployment_config": {"type": "object"},
+            "ingress_cls_config": {"type": "object"},
+        },
+        ("llm_configs",),
+    )
+    args = {"if": {"required": ["llm_configs"]}, "then": models, "else": _model_args()}
     return _obj(
         {
             "name": {"type": "string", "minLength": 1},

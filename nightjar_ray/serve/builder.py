@@ -2,8 +2,9 @@
 
 ``serve run deploy/cpu-demo.yaml`` (or ``serve deploy``) calls it with the
 application's ``args``; it validates everything first (``config.py``), then
-builds Ray Serve LLM's OpenAI app around :class:`NightjarLLMServer`. A bad
-config raises before any deployment, replica or actor exists.
+builds Ray Serve LLM's OpenAI app around :class:`NightjarLLMServer`, one deployment
+(and one policy actor) per model. A bad config raises before any deployment, replica or
+actor exists.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from nightjar_ray.serve.config import parse_app_config
 
 
 def build_app(args: dict[str, Any]) -> Any:
-    """OpenAI-compatible Serve application for one Nightjar model deployment."""
+    """OpenAI-compatible Serve application: one Nightjar deployment per model."""
     from ray.serve.llm import build_openai_app
 
     app_config = parse_app_config(args)
-    return build_openai_app({"llm_configs": [app_config.llm_config]})
+    llm_configs = [model.llm_config for model in app_config.models]
+    return build_openai_app({"llm_configs": llm_configs, **app_config.ingress})

@@ -1,15 +1,26 @@
-"""The app's one typed config: Ray Serve LLM's ``LLMConfig`` fields plus ``nightjar:``.
+"""The app's typed config: Ray Serve LLM's own shapes, each model with a ``nightjar:`` block.
 
-::
+One model (``LLMConfig`` fields plus ``nightjar:``), or several, as Ray Serve LLM's
+``build_openai_app`` takes them (``llm_configs``, each entry ``LLMConfig`` fields plus
+``nightjar:``)::
 
     args:                                  # a Serve application's `args`
       model_loading_config: {...}          # LLMConfig fields, as Ray Serve LLM documents
-      engine_kwargs: {speculative_config: {method: draft_model, model: ...}, ...}
+      engine_kwargs:
+        speculative_config: {method: draft_model, model: ..., num_speculative_tokens: 4}
       deployment_config: {autoscaling_config: {...}}
-      nightjar: {policy: nightjar, gamma_max: 4, pooling: {...}}   # NightjarConfig
+      nightjar: {policy: nightjar, pooling: {...}}   # NightjarConfig
 
-:func:`parse_app_config` validates all of it before anything starts and raises
-``ValueError`` whose message names every bad field (``nightjar.gamma_max``,
+    args:
+      llm_configs:
+        - {model_loading_config: {model_id: a, ...}, engine_kwargs: {...}, nightjar: {...}}
+        - {model_loading_config: {model_id: b, ...}, engine_kwargs: {...}, nightjar: {...}}
+      ingress_deployment_config: {...}     # optional, as build_openai_app takes it
+
+``speculative_config.num_speculative_tokens`` is the largest gamma (default 4);
+``nightjar.gamma_max`` is its deprecated alias. :func:`parse_app_config` validates all of
+it before anything starts and raises ``ValueError`` whose message names the bad field,
+with its model's index in the second shape (``llm_configs[1].nightjar.policy``,
 ``engine_kwargs.speculative_config.method``, ``deployment_config``...).
 
 Model sources ``generated:<pair>`` (target) and ``generated:<pair>/draft``
@@ -28,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightjar_ray.engine.args import nightjar_engine_args
+from nightjar_ray.engine.args import nightjar_engine_args, with_num_speculative_tokens
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_runtime_env
 from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
@@ -62,19 +73,49 @@ def format_errors(error: ValidationError, prefix: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class AppConfig:
-    """A validated app config: the Nightjar block and the ``LLMConfig`` to serve."""
+class ModelConfig:
+    """One validated model: its Nightjar block (largest gamma resolved) and the
+    ``LLMConfig`` to serve."""
 
     nightjar: NightjarConfig
     llm_config: Any
 
 
-def parse_nightjar(raw: Any) -> NightjarConfig:
-    """The ``nightjar:`` block; ``ValueError`` names ``nightjar.<field>``."""
+@dataclass(frozen=True)
+class AppConfig:
+    """A validated app config: its models, in order, and the rest of Ray Serve LLM's
+    ``build_openai_app`` arguments (``INGRESS_FIELDS``)."""
+
+    models: tuple[ModelConfig, ...]
+    ingress: dict[str, Any]
+
+    @property
+    def nightjar(self) -> NightjarConfig:
+        """The Nightjar block of a one-model app."""
+        return self._only().nightjar
+
+    @property
+    def llm_config(self) -> Any:
+        """The ``LLMConfig`` of a one-model app."""
+        return self._only().llm_config
+
+    def _only(self) -> ModelConfig:
+        if len(self.models) != 1:
+            raise ValueError(f"the app serves {len(self.models)} models; read .models")
+        return self.models[0]
+
+
+LLM_CONFIGS = "llm_configs"
+INGRESS_FIELDS = ("ingress_deployment_config", "ingress_cls_config")
+"""What an ``llm_configs`` app may set beside its models (``LLMServingArgs``' fields)."""
+
+
+def parse_nightjar(raw: Any, prefix: str = "") -> NightjarConfig:
+    """The ``nightjar:`` block; ``ValueError`` names ``<prefix>nightjar.<field>``."""
     try:
         return NightjarConfig.model_validate(raw or {})
     except ValidationError as e:
-        raise ValueError(f"invalid config: {format_errors(e, 'nightjar')}") from None
+        raise ValueError(f"invalid config: {format_errors(e, f'{prefix}nightjar')}") from None
 
 
 def _split_generated(source: str) -> tuple[str, str] | None:
@@ -101,6 +142,7 @@ def resolve_generated(source: str) -> str:
 
 
 def _resolve(source: str, field: str) -> str:
+    """``resolve_generated``; ``ValueError`` names ``field`` (with its model's prefix)."""
     try:
         return resolve_generated(source)
     except ValueError as e:
@@ -114,7 +156,10 @@ def generated_dtype(source: Any) -> str | None:
     return None if spec is None else spec.dtype
 
 
-def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any]:
+def _engine_kwargs(
+    raw: dict[str, Any], config: NightjarConfig, prefix: str
+) -> tuple[dict[str, Any], NightjarConfig]:
+    """Nightjar's engine arguments and the config with its largest gamma resolved."""
     kwargs = dict(raw.get("engine_kwargs") or {})
     loading = raw.get("model_loading_config")
     dtype = generated_dtype(loading.get("model_source") if isinstance(loading, dict) else None)
@@ -122,24 +167,35 @@ def _engine_kwargs(raw: dict[str, Any], config: NightjarConfig) -> dict[str, Any
         # NOTE: vLLM's "auto" would compute a float32 pair in bfloat16 on x86 CPUs.
         kwargs.setdefault("dtype", dtype)
     spec = dict(kwargs.get("speculative_config") or {})
+    field = f"{prefix}engine_kwargs.speculative_config"
     if isinstance(spec.get("model"), str):
-        spec["model"] = _resolve(spec["model"], "engine_kwargs.speculative_config.model")
+        spec["model"] = _resolve(spec["model"], f"{field}.model")
     kwargs["speculative_config"] = spec
     try:
-        return nightjar_engine_args(config, start_hook=SERVE_START_HOOK, **kwargs)
+        config = with_num_speculative_tokens(
+            config,
+            spec.get("num_speculative_tokens"),
+            nightjar_field=f"{prefix}nightjar",
+            spec_field=field,
+        )
     except ValueError as e:
-        raise ValueError(f"invalid config: engine_kwargs: {e}") from None
+        raise ValueError(f"invalid config: {e}") from None
+    spec["num_speculative_tokens"] = config.num_speculative_tokens
+    try:
+        return nightjar_engine_args(config, start_hook=SERVE_START_HOOK, **kwargs), config
+    except ValueError as e:
+        raise ValueError(f"invalid config: {prefix}engine_kwargs: {e}") from None
 
 
-def _model_loading(raw: dict[str, Any]) -> Any:
+def _model_loading(raw: dict[str, Any], prefix: str) -> Any:
     loading = raw.get("model_loading_config")
     if isinstance(loading, dict) and isinstance(loading.get("model_source"), str):
-        source = _resolve(loading["model_source"], "model_loading_config.model_source")
+        source = _resolve(loading["model_source"], f"{prefix}model_loading_config.model_source")
         loading = {**loading, "model_source": source}
     return loading
 
 
-def _num_cpu_rank_bundles(raw: dict[str, Any]) -> int | None:
+def _num_cpu_rank_bundles(raw: dict[str, Any], prefix: str) -> int | None:
     """Bundles that place a CPU rank (ask for ``RAY_CPU_RESOURCE``); None if none does.
 
     Such a replica runs its ranks on Ray's executor with the CPU platform
@@ -156,39 +212,96 @@ def _num_cpu_rank_bundles(raw: dict[str, Any]) -> int | None:
     count = sum(1 for b in bundles or [] if isinstance(b, dict) and b.get(RAY_CPU_RESOURCE, 0) > 0)
     if count == 0:
         return None
+    field = f"invalid config: {prefix}placement_group_config.bundles"
     if kwargs.get("distributed_executor_backend") != "ray":
         raise ValueError(
-            f"invalid config: placement_group_config.bundles: {RAY_CPU_RESOURCE!r} places "
-            "CPU ranks on Ray's executor; set engine_kwargs.distributed_executor_backend: ray"
+            f"{field}: {RAY_CPU_RESOURCE!r} places CPU ranks on Ray's executor; set "
+            f"{prefix}engine_kwargs.distributed_executor_backend: ray"
         )
     if count < world_size:
         raise ValueError(
-            f"invalid config: placement_group_config.bundles: {count} bundle(s) ask for "
+            f"{field}: {count} bundle(s) ask for "
             f"{RAY_CPU_RESOURCE!r}, the engine has {world_size} ranks (one bundle per rank)"
         )
     return count
 
 
 def parse_app_config(args: Any) -> AppConfig:
-    """Validate a Serve app's ``args`` (see module docstring). Starts nothing."""
+    """Validate a Serve app's ``args``, either shape (see module docstring). Starts nothing."""
+    if not isinstance(args, dict):
+        raise ValueError(f"invalid config: app args must be a mapping, got {type(args).__name__}")
+    if LLM_CONFIGS not in args:
+        return AppConfig((_parse_model(args, ""),), {})
+    entries = args[LLM_CONFIGS]
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(
+            f"invalid config: {LLM_CONFIGS}: a non-empty list of models (LLMConfig fields "
+            f"plus nightjar), got {entries!r}"
+        )
+    for key in args:
+        if key not in (LLM_CONFIGS, *INGRESS_FIELDS):
+            raise ValueError(
+                f"invalid config: {key}: an app with {LLM_CONFIGS} takes {LLM_CONFIGS} and "
+                f"{', '.join(INGRESS_FIELDS)}; set model fields (and nightjar) in each "
+                f"{LLM_CONFIGS} entry"
+            )
+    models = tuple(_parse_model(entry, f"{LLM_CONFIGS}[{i}].") for i, entry in enumerate(entries))
+    _check_unique_model_ids(models)
+    ingress = {key: args[key] for key in INGRESS_FIELDS if key in args}
+    _check_ingress(models, ingress)
+    return AppConfig(models, ingress)
+
+
+def _parse_model(args: Any, prefix: str) -> ModelConfig:
+    """One model's ``LLMConfig`` fields plus ``nightjar:``; errors name ``<prefix><field>``."""
     from ray.serve.llm import LLMConfig
 
     from nightjar_ray.serve.server import NightjarLLMServer
 
     if not isinstance(args, dict):
-        raise ValueError(f"invalid config: app args must be a mapping, got {type(args).__name__}")
+        raise ValueError(
+            f"invalid config: {prefix.rstrip('.')}: a mapping of LLMConfig fields plus "
+            f"nightjar, got {type(args).__name__} (files are not read here)"
+        )
     raw = dict(args)
-    config = parse_nightjar(raw.pop("nightjar", None))
+    config = parse_nightjar(raw.pop("nightjar", None), prefix)
     if raw.get("server_cls") is not None:
-        raise ValueError("invalid config: server_cls is set by nightjar_ray.serve; remove it")
-    raw["engine_kwargs"] = _engine_kwargs(raw, config)
+        raise ValueError(
+            f"invalid config: {prefix}server_cls is set by nightjar_ray.serve; remove it"
+        )
+    raw["engine_kwargs"], config = _engine_kwargs(raw, config, prefix)
     if "model_loading_config" in raw:
-        raw["model_loading_config"] = _model_loading(raw)
+        raw["model_loading_config"] = _model_loading(raw, prefix)
     raw["server_cls"] = NightjarLLMServer
-    if _num_cpu_rank_bundles(raw) is not None:
+    if _num_cpu_rank_bundles(raw, prefix) is not None:
         raw["runtime_env"] = ray_cpu_runtime_env(dict(raw.get("runtime_env") or {}))
     try:
         llm_config = LLMConfig.model_validate(raw)
     except ValidationError as e:
+        raise ValueError(f"invalid config: {format_errors(e, prefix.rstrip('.'))}") from None
+    return ModelConfig(config, llm_config)
+
+
+def _check_unique_model_ids(models: tuple[ModelConfig, ...]) -> None:
+    """Each model once: its id names its deployment, policy actor and metrics."""
+    first: dict[str, int] = {}
+    for i, model in enumerate(models):
+        model_id = model.llm_config.model_id
+        if model_id in first:
+            raise ValueError(
+                f"invalid config: {LLM_CONFIGS}[{i}].model_loading_config.model_id: "
+                f"{model_id!r} is also {LLM_CONFIGS}[{first[model_id]}]'s; model ids must "
+                "be unique"
+            )
+        first[model_id] = i
+
+
+def _check_ingress(models: tuple[ModelConfig, ...], ingress: dict[str, Any]) -> None:
+    """What ``build_openai_app`` would refuse in the ingress fields, refused now."""
+    from ray.serve.llm import LLMServingArgs
+
+    llm_configs = [m.llm_config for m in models]
+    try:
+        LLMServingArgs.model_validate({LLM_CONFIGS: llm_configs, **ingress})
+    except ValidationError as e:
         raise ValueError(f"invalid config: {format_errors(e)}") from None
-    return AppConfig(config, llm_config)

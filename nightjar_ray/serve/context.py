@@ -50,13 +50,27 @@ class ServeContext:
         return {"deployment": self.deployment, "replica": self.replica, "model": self.model}
 
 
-def policy_actor_name(app: str, deployment: str, fingerprint: dict[str, Any]) -> str:
-    """One actor per (app, deployment, statistics fingerprint).
+def policy_actor_name(app: str, model: str, fingerprint: dict[str, Any]) -> str:
+    """One actor per (app, model ID, statistics fingerprint): two models of one app never
+    share a pool.
 
-    The fingerprint's hash is part of the name, so a redeploy that changes what a
-    cell means (gamma_max, keys) gets a fresh pool instead of a rejected one, and a
-    rolling update's old and new replicas never share a table.
+    The hash covers the model ID and the fingerprint, so a redeploy that changes what a
+    cell means (the largest gamma, keys) gets a fresh pool instead of a rejected one, a
+    rolling update's old and new replicas never share a table, and two model IDs that
+    read the same once made name-safe (``a/b``, ``a_b``) still get two actors.
     """
-    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:10]
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{app}.{deployment}")
-    return f"nightjar-policy.{safe}.{digest}"
+    key = json.dumps({"model": model, "fingerprint": fingerprint}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return f"{policy_actor_prefix(app, model)}{digest}"
+
+
+def policy_actor_prefix(app: str, model: str | None = None) -> str:
+    """What the names of ``app``'s policy actors (of ``model`` only, if given) start with."""
+    parts = [app] if model is None else [app, model]
+    return "nightjar-policy." + "".join(f"{_name_safe(part)}." for part in parts)
+
+
+def _name_safe(text: str) -> str:
+    """``text`` with every character outside ``[A-Za-z0-9_-]`` as ``_`` (no dots: a dot
+    ends each part of an actor's name)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)

@@ -1,4 +1,4 @@
-"""The central policy actor: one named, detached Ray actor per model deployment.
+"""The central policy actor: one named, detached Ray actor per model of an app.
 
 It wraps :class:`~nightjar_ray.serve.policy_pool.PolicyPool`. Replicas create it on
 start-up if it does not exist yet (``get_if_exists``), so deploying an app never

@@ -2,7 +2,7 @@
 
 Before the parent class starts vLLM, the replica:
 
-1. ensures the deployment's policy actor exists (named, detached, restartable;
+1. ensures its model's policy actor exists (named, detached, restartable;
    on the head node unless ``pooling.actor_node: any``);
 2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
    name, its cluster's GCS address and its node's IP) into
@@ -62,7 +62,7 @@ def replica_context(llm_config: Any, config: NightjarConfig) -> ServeContext:
         deployment=ctx.deployment,
         replica=ctx.replica_id.unique_id,
         model=llm_config.model_id,
-        actor_name=policy_actor_name(ctx.app_name, ctx.deployment, fingerprint),
+        actor_name=policy_actor_name(ctx.app_name, llm_config.model_id, fingerprint),
         gcs_address=ray.get_runtime_context().gcs_address,
         node_ip_address=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         namespace=NAMESPACE,

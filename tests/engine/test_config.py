@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
+from nightjar_ray.engine.args import with_num_speculative_tokens
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY
 
 SPEC = {"method": "draft_model", "model": "/models/draft"}
@@ -23,7 +24,7 @@ def args(config: object, **kw: object) -> dict[str, object]:
         ({"policy": "nope"}, "nope"),
         ({"policy": "fixed", "policy_params": {"gamma": 7}}, "gamma"),
         ({"policy": "nightjar", "policy_params": {"bucketing": "x"}}, "bucketing"),
-        ({"policy_params": {"gamma_max": 2}}, "gamma_max"),
+        ({"policy_params": {"gamma_max": 2}, "gamma_max": 3}, "gamma_max"),
         ({"draft_sync": "sometimes"}, "draft_sync"),
         ({"draft_sync": "none"}, "draft_sync"),
         ({"testing": {"chaos_cycle_steps": 0}}, "testing.chaos_cycle_steps"),
@@ -47,15 +48,18 @@ def test_invalid_config_fails_naming_the_field(raw: dict[str, object], field: st
 def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
     profile = tmp_path / "c.csv"
     profile.write_text("max_skip_tokens,num_reqs,switch_cost_ms\n16,1,1.0\n")
-    cfg = NightjarConfig(policy="nightjar", gamma_max=3, switch_cost_profile=str(profile))
-    kw = args(cfg, speculative_config=SPEC, additional_config={"other": 1})
+    cfg = NightjarConfig(policy="nightjar", switch_cost_profile=str(profile))
+    spec = {**SPEC, "num_speculative_tokens": 3}
+    kw = args(cfg, speculative_config=spec, additional_config={"other": 1})
     assert kw["scheduler_cls"] == "nightjar_ray.engine.scheduler.NightjarScheduler"
     assert str(kw["worker_cls"]).startswith("nightjar_ray.engine.worker.Nightjar")
-    assert kw["speculative_config"] == {**SPEC, "num_speculative_tokens": 3}
+    assert kw["speculative_config"] == spec
     extra = kw["additional_config"]
     assert isinstance(extra, dict) and extra["other"] == 1
-    assert NightjarConfig.from_additional_config(extra) == cfg
-    policy_cfg = cfg.policy_config()
+    wired = NightjarConfig.from_additional_config(extra)
+    assert wired == with_num_speculative_tokens(cfg, 3)
+    assert wired.switch_cost_profile == str(profile) and wired.gamma_max is None
+    policy_cfg = wired.policy_config()
     assert policy_cfg.gamma_max == 3
     assert "switch_cost_profile" not in type(policy_cfg).model_fields  # declared once
 
@@ -64,7 +68,12 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
     ("kw", "message"),
     [
         ({"speculative_config": {"method": "eagle"}}, "method"),
-        ({"speculative_config": {**SPEC, "num_speculative_tokens": 2}}, "num_speculative_tokens"),
+        ({"speculative_config": {**SPEC, "num_speculative_tokens": 17}}, "num_speculative_tokens"),
+        ({"speculative_config": {**SPEC, "num_speculative_tokens": 0}}, "num_speculative_tokens"),
+        (
+            {"speculative_config": {**SPEC, "num_speculative_tokens": "4"}},
+            "num_speculative_tokens must be an integer",
+        ),
         ({"speculative_config": SPEC, "scheduler_cls": "x.Y"}, "scheduler_cls"),
         (
             {"speculative_config": SPEC, "additional_config": {ADDITIONAL_CONFIG_KEY: {}}},
@@ -75,6 +84,56 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
 def test_engine_args_reject_conflicts(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         args(NightjarConfig(), **kw)
+
+
+def _largest_gamma(kw: dict[str, object]) -> int:
+    """The engine's largest gamma, as vLLM and as the scheduler's policy see it."""
+    spec = kw["speculative_config"]
+    assert isinstance(spec, dict)
+    wired = NightjarConfig.from_additional_config(kw["additional_config"])
+    assert wired.build_policy().gamma_max == wired.policy_config().gamma_max
+    assert wired.policy_config().gamma_max == spec["num_speculative_tokens"]
+    return int(spec["num_speculative_tokens"])
+
+
+def test_num_speculative_tokens_alone_sets_the_largest_gamma() -> None:
+    """vLLM's knob is the one knob: 5 works without touching the Nightjar block; unset,
+    the largest gamma stays 4."""
+    five = {**SPEC, "num_speculative_tokens": 5}
+    assert _largest_gamma(args(NightjarConfig(), speculative_config=five)) == 5
+    assert _largest_gamma(args({"policy": "nightjar-paper"}, speculative_config=five)) == 5
+    assert _largest_gamma(args(NightjarConfig(), speculative_config=SPEC)) == 4
+    forced = NightjarConfig(testing={"forced_gammas": [0, 2]})
+    assert _largest_gamma(args(forced, speculative_config=five)) == 5
+
+
+def test_gamma_max_is_a_deprecated_alias_of_num_speculative_tokens(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    replacement = r"set speculative_config\.num_speculative_tokens"
+    with pytest.warns(DeprecationWarning, match=replacement):
+        kw = args(NightjarConfig(gamma_max=3), speculative_config=SPEC)
+    assert _largest_gamma(kw) == 3
+    assert "nightjar.gamma_max is deprecated" in caplog.text
+    with pytest.warns(DeprecationWarning, match=replacement):  # both set, equal: accepted
+        kw = args(
+            NightjarConfig(gamma_max=5), speculative_config={**SPEC, "num_speculative_tokens": 5}
+        )
+    assert _largest_gamma(kw) == 5
+    both = r"nightjar\.gamma_max=3 and speculative_config\.num_speculative_tokens=5 disagree"
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=both):
+        args(NightjarConfig(gamma_max=3), speculative_config={**SPEC, "num_speculative_tokens": 5})
+
+
+def test_policy_params_gamma_max_must_equal_num_speculative_tokens() -> None:
+    spec = {**SPEC, "num_speculative_tokens": 3}
+    same = args(NightjarConfig(policy_params={"gamma_max": 3}), speculative_config=spec)
+    assert _largest_gamma(same) == 3
+    differs = r"nightjar\.policy_params\.gamma_max=2 differs from speculative_config\.num_spec"
+    with pytest.raises(ValueError, match=differs):
+        args(NightjarConfig(policy_params={"gamma_max": 2}), speculative_config=spec)
+    with pytest.raises(ValueError, match=r"policy_params\.gamma_max=5 differs .*=4"):
+        args(NightjarConfig(policy_params={"gamma_max": 5}), speculative_config=SPEC)
 
 
 def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:

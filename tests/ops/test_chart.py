@@ -95,7 +95,8 @@ def test_serve_config_parses_into_the_app_config(
     assert serve_config == yaml.safe_load((ROOT / "deploy" / f"{deploy_file}.yaml").read_text())
     for app in serve_config["applications"]:
         parsed = parse_app_config(app["args"])
-        assert parsed.nightjar.gamma_max == app["args"]["nightjar"]["gamma_max"]
+        spec = app["args"]["engine_kwargs"]["speculative_config"]
+        assert parsed.nightjar.num_speculative_tokens == spec["num_speculative_tokens"]
 
 
 def test_worker_groups_request_the_gpus_tensor_parallelism_needs(
@@ -259,3 +260,68 @@ def test_the_testing_block_is_not_part_of_the_chart() -> None:
         render(_app_with(nightjar))
     parsed = parse_app_config(_app_with(nightjar)["serveConfig"]["applications"][0]["args"])
     assert parsed.nightjar.testing.chaos_cycle_steps == 3
+
+
+def _two_model_app(second: dict[str, Any]) -> dict[str, Any]:
+    """gpu-7b's application as Ray Serve LLM's `llm_configs` shape, plus `second`."""
+    values = preset("gpu-7b")
+    app = values["serveConfig"]["applications"][0]
+    first = app["args"]
+    app["args"] = {"llm_configs": [first, second]}
+    return values
+
+
+def _second_model(**nightjar: Any) -> dict[str, Any]:
+    return {
+        "model_loading_config": {"model_id": "b", "model_source": "org/b"},
+        "engine_kwargs": {
+            "speculative_config": {
+                "method": "draft_model",
+                "model": "org/b-draft",
+                "num_speculative_tokens": 5,
+            }
+        },
+        "nightjar": nightjar,
+    }
+
+
+def test_an_llm_configs_app_installs_and_matches_the_app_config() -> None:
+    """Both config shapes pass the chart's schema; the app's own parser agrees."""
+    values = _two_model_app(_second_model(policy="nightjar"))
+    (service,) = render(values)["RayService"]
+    assert rayservice_errors(service) == []
+    args = values["serveConfig"]["applications"][0]["args"]
+    assert [m.llm_config.model_id for m in parse_app_config(args).models] == [
+        args["llm_configs"][0]["model_loading_config"]["model_id"],
+        "b",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("second", "field"),
+    [
+        (_second_model(gamma_max=0), "llm_configs/1/nightjar/gamma_max"),
+        (_second_model(policy="nightjar", pooling={"actor_node": "any"}), "actor_node"),
+        ({"engine_kwargs": {}}, "model_loading_config"),
+    ],
+)
+def test_a_bad_model_of_an_llm_configs_app_fails_at_install(
+    second: dict[str, Any], field: str
+) -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match=field):
+        render(_two_model_app(second))
+
+
+def test_each_models_snapshot_dir_must_lie_under_the_mount() -> None:
+    import helm_python as helm
+
+    values = _two_model_app(_second_model(pooling={"snapshot_dir": "/elsewhere"}))
+    with pytest.raises(helm.HelmError, match=r"applications\[0\].args.llm_configs\[1\].nightjar"):
+        render(values)
+
+
+def test_the_install_notes_name_every_model_of_an_llm_configs_app() -> None:
+    (notes,) = render(_two_model_app(_second_model()))["NOTES"]
+    assert "models deepseek-r1-distill-qwen-7b, b" in notes

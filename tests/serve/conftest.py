@@ -17,6 +17,7 @@ import pytest
 from nightjar_ray.serve.config import CACHE_ENV
 
 MODEL_ID = "tiny"
+SECOND_MODEL_ID = "tiny-b"
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +51,11 @@ def app_args(
     return {
         "model_loading_config": {"model_id": MODEL_ID, "model_source": "generated:tiny"},
         "engine_kwargs": {
-            "speculative_config": {"method": "draft_model", "model": "generated:tiny/draft"},
+            "speculative_config": {
+                "method": "draft_model",
+                "model": "generated:tiny/draft",
+                "num_speculative_tokens": 3,
+            },
             "max_model_len": 256,
             "max_num_seqs": 8,
             "max_num_batched_tokens": 64,
@@ -62,12 +67,26 @@ def app_args(
         "runtime_env": {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1"}},
         "deployment_config": deployment or {"num_replicas": 1},
         "nightjar": {
-            "gamma_max": 3,
             "pooling": {"sync_interval_s": 0.5, "snapshot_dir": str(snapshot_dir)},
             "metrics_interval_s": 0.5,
             **nightjar,
         },
     }
+
+
+def second_model_args(snapshot_dir: Path) -> dict[str, Any]:
+    """A second model on the tiny pair, its largest gamma (5) set by vLLM's
+    ``num_speculative_tokens`` alone (its ``nightjar:`` block says nothing of it)."""
+    args = app_args(snapshot_dir)
+    args["model_loading_config"]["model_id"] = SECOND_MODEL_ID
+    args["engine_kwargs"]["speculative_config"]["num_speculative_tokens"] = 5
+    return args
+
+
+def two_model_args(snapshot_dir: Path, deployment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Ray Serve LLM's multi-model shape: :func:`app_args` (with ``deployment``) and
+    :func:`second_model_args`, one ``llm_configs`` entry each."""
+    return {"llm_configs": [app_args(snapshot_dir, deployment), second_model_args(snapshot_dir)]}
 
 
 def expected_pool_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:

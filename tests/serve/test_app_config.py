@@ -20,7 +20,7 @@ from nightjar_ray.engine.ray_cpu import RAY_CPU_PLATFORM_ENV, RAY_CPU_RESOURCE, 
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
 from tests.support import REPO_ROOT, wait_until
 
-from .conftest import app_args
+from .conftest import MODEL_ID, SECOND_MODEL_ID, app_args, two_model_args
 
 DEPLOY = REPO_ROOT / "deploy"
 
@@ -42,7 +42,8 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
     parsed = parse_app_config(app["args"])
     kwargs = parsed.llm_config.engine_kwargs
     assert kwargs["scheduler_cls"] == SCHEDULER_CLS and kwargs["worker_cls"] == WORKER_CLS
-    assert kwargs["speculative_config"]["num_speculative_tokens"] == parsed.nightjar.gamma_max
+    assert kwargs["speculative_config"]["num_speculative_tokens"] == 4
+    assert parsed.nightjar.num_speculative_tokens == 4 and parsed.nightjar.gamma_max is None
     assert kwargs["additional_config"]["nightjar"]["policy"] == "nightjar"
     assert parsed.llm_config.server_cls.__name__ == "NightjarLLMServer"
     assert parsed.llm_config.deployment_config["autoscaling_config"]["min_replicas"] == 1
@@ -93,29 +94,42 @@ def test_cpu_rank_bundles_that_cannot_place_the_ranks_fail_naming_the_field(
     assert named in str(info.value)
 
 
-def _set(args: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+def _set(args: Any, path: str, value: Any) -> Any:
+    """A copy of ``args`` with ``path`` (dotted; a number indexes a list) set to ``value``."""
     out = copy.deepcopy(args)
     node = out
     *parents, leaf = path.split(".")
     for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(leaf)] = value
+    else:
+        node[leaf] = value
     return out
 
 
+NUM_SPEC = "engine_kwargs.speculative_config.num_speculative_tokens"
+
 BAD = [
     ("nightjar.gamma_max", 0, "nightjar.gamma_max"),
+    ("nightjar.gamma_max", 5, f"nightjar.gamma_max=5 and {NUM_SPEC}=3 disagree"),
+    (
+        "nightjar.policy_params",
+        {"gamma_max": 2},
+        f"policy_params.gamma_max=2 differs from {NUM_SPEC}=3",
+    ),
     ("nightjar.polcy", "nightjar", "nightjar.polcy"),
     ("nightjar.pooling.sync_interval_s", 0, "nightjar.pooling.sync_interval_s"),
     ("nightjar.metrics_interval_s", -1, "nightjar.metrics_interval_s"),
-    ("nightjar.policy", "nope", "unknown policy"),
+    ("nightjar.policy", "nope", "nightjar.policy: Value error, unknown policy"),
     ("nightjar.policy", "cyclic", "unknown policy 'cyclic'"),
     ("nightjar.draft_sync", "none", "nightjar.draft_sync"),
     ("nightjar.policy_params", {"bucketing": "exact"}, "bucketing"),
     ("nightjar.elastic_memory.chaos_cycle_steps", 3, "nightjar.elastic_memory.chaos_cycle_steps"),
     ("nightjar.testing.chaos_cycle_steps", 0, "nightjar.testing.chaos_cycle_steps"),
     ("engine_kwargs.speculative_config.method", "eagle3", "speculative_config.method"),
-    ("engine_kwargs.speculative_config.num_speculative_tokens", 7, "num_speculative_tokens"),
+    (NUM_SPEC, 17, f"{NUM_SPEC} must be in 1..16"),
+    (NUM_SPEC, "4", f"{NUM_SPEC} must be an integer"),
     ("deployment_config", "many", "deployment_config"),
     ("model_loading_config.model_source", "generated:huge", "generated:huge"),
     ("server_cls", "my.Server", "server_cls"),
@@ -151,14 +165,134 @@ print(json.dumps(ray.is_initialized()))
 def test_bad_configs_are_refused_without_initialising_ray(
     tmp_path: Path, nightjar_cache: Path
 ) -> None:
-    """In a fresh interpreter (this one may hold the module's cluster): every bad config
-    is refused and Ray is never initialised."""
+    """In a fresh interpreter (this one may hold the module's cluster): every bad config,
+    of either shape, is refused and Ray is never initialised."""
     bad = [_set(app_args(tmp_path), path, value) for path, value, _ in BAD]
+    bad += [_set(two_model_args(tmp_path), path, value) for path, value, _ in MULTI_BAD]
     proc = subprocess.run(
         [sys.executable, "-c", REFUSE_ALL, json.dumps(bad)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "false"
+
+
+def test_num_speculative_tokens_alone_sets_the_largest_gamma(nightjar_cache: Path) -> None:
+    """vLLM's knob is the one knob (5 works alone); neither it nor the deprecated alias
+    set: 4; the alias alone still works, with a warning naming its replacement."""
+
+    def largest_gamma(args: dict[str, Any]) -> int:
+        parsed = parse_app_config(args)
+        engine = parsed.llm_config.engine_kwargs
+        wired = engine["additional_config"]["nightjar"]
+        assert wired["gamma_max"] is None
+        assert wired["policy_params"]["gamma_max"] == parsed.nightjar.num_speculative_tokens
+        num: int = engine["speculative_config"]["num_speculative_tokens"]
+        assert parsed.nightjar.policy_config().gamma_max == num
+        return num
+
+    args = app_args(nightjar_cache)
+    assert largest_gamma(_set(args, NUM_SPEC, 5)) == 5
+    unset = copy.deepcopy(args)
+    del unset["engine_kwargs"]["speculative_config"]["num_speculative_tokens"]
+    assert largest_gamma(unset) == 4
+    replacement = f"nightjar.gamma_max is deprecated: set {NUM_SPEC}"
+    with pytest.warns(DeprecationWarning, match=replacement):
+        assert largest_gamma(_set(unset, "nightjar.gamma_max", 6)) == 6
+    with pytest.warns(DeprecationWarning, match=replacement):  # both, equal: accepted
+        assert largest_gamma(_set(args, "nightjar.gamma_max", 3)) == 3
+
+
+def test_llm_configs_give_each_model_its_own_nightjar_block(nightjar_cache: Path) -> None:
+    """Ray Serve LLM's multi-model shape: each entry's own engine, largest gamma and
+    Nightjar block; the ingress fields go to ``build_openai_app`` as given."""
+    args = two_model_args(nightjar_cache)
+    args["llm_configs"][1]["nightjar"]["policy"] = "nightjar-paper"
+    args["ingress_deployment_config"] = {"max_ongoing_requests": 64}
+    parsed = parse_app_config(args)
+    assert [m.llm_config.model_id for m in parsed.models] == [MODEL_ID, SECOND_MODEL_ID]
+    assert [m.nightjar.policy for m in parsed.models] == ["nightjar", "nightjar-paper"]
+    assert [m.nightjar.num_speculative_tokens for m in parsed.models] == [3, 5]
+    for model in parsed.models:
+        engine = model.llm_config.engine_kwargs
+        assert engine["scheduler_cls"] == SCHEDULER_CLS
+        wired = engine["additional_config"]["nightjar"]
+        assert wired["policy"] == model.nightjar.policy
+        spec = engine["speculative_config"]
+        assert wired["policy_params"]["gamma_max"] == spec["num_speculative_tokens"]
+        assert model.llm_config.server_cls.__name__ == "NightjarLLMServer"
+    assert parsed.ingress == {"ingress_deployment_config": {"max_ongoing_requests": 64}}
+    with pytest.raises(ValueError, match="the app serves 2 models"):
+        parsed.llm_config  # noqa: B018 (one-model shortcut)
+    one = parse_app_config({"llm_configs": [app_args(nightjar_cache)]})
+    assert one.llm_config.model_id == MODEL_ID and one.ingress == {}
+
+
+MULTI_BAD = [
+    ("llm_configs.1.nightjar.policy", "nope", "llm_configs[1].nightjar.policy: Value error"),
+    (
+        "llm_configs.1.nightjar.pooling.sync_interval_s",
+        0,
+        "llm_configs[1].nightjar.pooling.sync_interval_s",
+    ),
+    ("llm_configs.0.nightjar.polcy", "nightjar", "llm_configs[0].nightjar.polcy"),
+    (
+        "llm_configs.1.nightjar.gamma_max",
+        4,
+        f"llm_configs[1].nightjar.gamma_max=4 and llm_configs[1].{NUM_SPEC}=5 disagree",
+    ),
+    (
+        "llm_configs.1.nightjar.policy_params",
+        {"gamma_max": 4},
+        f"llm_configs[1].nightjar.policy_params.gamma_max=4 differs from "
+        f"llm_configs[1].{NUM_SPEC}=5",
+    ),
+    (f"llm_configs.1.{NUM_SPEC}", 17, f"llm_configs[1].{NUM_SPEC} must be in 1..16"),
+    (
+        "llm_configs.0.engine_kwargs.speculative_config.method",
+        "eagle3",
+        "llm_configs[0].engine_kwargs: speculative_config.method",
+    ),
+    (
+        "llm_configs.1.model_loading_config.model_source",
+        "generated:huge",
+        "llm_configs[1].model_loading_config.model_source: unknown generated model",
+    ),
+    (
+        "llm_configs.1.engine_kwargs.speculative_config.model",
+        "generated:huge/draft",
+        "llm_configs[1].engine_kwargs.speculative_config.model: unknown generated model",
+    ),
+    (
+        "llm_configs.1.model_loading_config.model_id",
+        MODEL_ID,
+        f"llm_configs[1].model_loading_config.model_id: {MODEL_ID!r} is also llm_configs[0]'s",
+    ),
+    ("llm_configs.1.deployment_config", "many", "llm_configs[1].deployment_config"),
+    ("llm_configs.1.server_cls", "my.Server", "llm_configs[1].server_cls is set by"),
+    ("llm_configs.1.not_a_field", 1, "llm_configs[1].not_a_field"),
+    (
+        "llm_configs.1.placement_group_config",
+        {"bundles": [{"CPU": 1, RAY_CPU_RESOURCE: 1}]},
+        "llm_configs[1].placement_group_config.bundles",
+    ),
+    ("llm_configs.1", "tiny-b.yaml", "llm_configs[1]: a mapping of LLMConfig fields"),
+    ("llm_configs", [], "llm_configs: a non-empty list"),
+    ("llm_configs", {"tiny": {}}, "llm_configs: a non-empty list"),
+    ("nightjar", {"policy": "nightjar"}, "nightjar: an app with llm_configs takes"),
+    ("model_loading_config", {"model_id": "x"}, "model_loading_config: an app with llm_configs"),
+    ("ingress_deployment_config", "many", "ingress_deployment_config"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "named"), MULTI_BAD)
+def test_bad_llm_configs_fail_naming_the_field_and_its_index(
+    path: str, value: Any, named: str, tmp_path: Path, nightjar_cache: Path
+) -> None:
+    from nightjar_ray.serve import build_app
+
+    with pytest.raises(ValueError, match="invalid config") as info:
+        build_app(_set(two_model_args(tmp_path), path, value))
+    assert named in str(info.value)
 
 
 def test_args_must_be_a_mapping() -> None:
@@ -222,6 +356,16 @@ def test_gpu_configs_build_serve_apps_with_one_gpu_bundle_per_rank(
     options = NightjarLLMServer.get_deployment_options(parse_app_config(app["args"]).llm_config)
     bundles = options["placement_group_bundles"]
     assert sum(b.get("GPU", 0) for b in bundles) == num_gpus == len(bundles)
+
+
+def test_two_models_build_two_deployments_in_one_app(nightjar_cache: Path, local_ray: None) -> None:
+    """``build_openai_app`` gets both models: one Nightjar deployment each."""
+    from nightjar_ray.serve import build_app
+
+    app = build_app(two_model_args(nightjar_cache))
+    deployments = app._bound_deployment.init_kwargs["llm_deployments"]  # Ray Serve LLM 2.60
+    names = {model: d._bound_deployment.name for model, d in deployments.items()}
+    assert names == {m: f"NightjarLLMServer:{m}" for m in (MODEL_ID, SECOND_MODEL_ID)}
 
 
 def test_a_bad_config_file_fails_its_serve_deploy_naming_the_field(

@@ -1,6 +1,8 @@
 """The Serve app on real Ray, real Ray Serve LLM and real vLLM (CPU), tiny generated pair.
 
-One local Ray cluster and one app for the module (deploying takes minutes on 2 cores):
+One local Ray cluster and one app for the module (deploying takes minutes on 2 cores),
+two models in it (Ray Serve LLM's ``llm_configs``; the second, ``tiny-b``, has its own
+policy actor and metrics and takes its largest gamma from ``num_speculative_tokens``):
 OpenAI endpoints, greedy outputs against an offline engine, bad requests, the
 ``nightjar_*`` metrics on Ray's metrics port, autoscaling to two replicas (warm start and
 pooling through the policy actor), and killing a replica or the policy actor under load.
@@ -26,10 +28,20 @@ from nightjar_ray.cli import faults
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.models.pair import generate_pair
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
+from nightjar_ray.serve.context import policy_actor_prefix
 from tests.reference_engines import ReferenceEngines
 from tests.support import free_port, wait_until
 
-from .conftest import AUTOSCALING, MODEL_ID, app_args, expected_pool_count, get, post
+from .conftest import (
+    AUTOSCALING,
+    MODEL_ID,
+    SECOND_MODEL_ID,
+    app_args,
+    expected_pool_count,
+    get,
+    post,
+    two_model_args,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -50,16 +62,18 @@ class App:
         return post(f"{self.url}/v1/completions", {"temperature": 0.0, **body})
 
 
-def _status() -> dict[str, Any]:
+def _status(model: str = MODEL_ID) -> dict[str, Any]:
+    """The status of ``model``'s policy actor."""
     import ray
 
-    status: dict[str, Any] = ray.get(faults.policy_actor(APP).status.remote(), timeout=30)
+    actor = faults.policy_actor(APP, model)
+    status: dict[str, Any] = ray.get(actor.status.remote(), timeout=30)
     return status
 
 
-def _live_replicas() -> set[str]:
-    """Ids of the replicas running now (the policy actor also lists killed ones)."""
-    return {name.rsplit("#", 1)[-1] for name in faults.llm_replicas(APP)}
+def _live_replicas(model: str = MODEL_ID) -> set[str]:
+    """Ids of ``model``'s replicas running now (the policy actor also lists killed ones)."""
+    return {name.rsplit("#", 1)[-1] for name in faults.llm_replicas(APP, model)}
 
 
 def _pooled_status(app: App) -> dict[str, Any]:
@@ -78,7 +92,7 @@ def _deploy(snapshot_dir: Path) -> None:
 
     from nightjar_ray.serve import build_app
 
-    args = app_args(snapshot_dir, {"autoscaling_config": AUTOSCALING})
+    args = two_model_args(snapshot_dir, {"autoscaling_config": AUTOSCALING})
     serve.run(build_app(args), name=APP, route_prefix="/")
 
 
@@ -104,9 +118,16 @@ def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _idle_gauges(app: App) -> dict[str, float]:
-    """The Nightjar gauges once the KV ones are exported (what the soak reads idle)."""
+    """The Nightjar gauges once every model's KV ones are exported (what the soak reads
+    idle)."""
     from nightjar_ray.loadgen.soak import metrics_sampler, wait_for_gauges
 
+    wait_until(
+        lambda: _models_exporting(app, "nightjar_kv_blocks") == {MODEL_ID, SECOND_MODEL_ID},
+        120,
+        0.5,
+        "both models' replicas to export their KV gauges",
+    )
     sampler = metrics_sampler(f"{app.metrics_url}/metrics")
     wait_for_gauges(sampler, timeout_s=60.0)
     return sampler()[1]
@@ -132,7 +153,7 @@ def _stream(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_openai_endpoints_serve_concurrent_streaming_and_plain_requests(app: App) -> None:
     status, models = get(f"{app.url}/v1/models")
-    assert status == 200 and [m["id"] for m in models["data"]] == [MODEL_ID]
+    assert status == 200 and {m["id"] for m in models["data"]} == {MODEL_ID, SECOND_MODEL_ID}
     chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
     comp = {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 16}
     jobs: list[Callable[[], Any]] = [
@@ -209,6 +230,11 @@ def _series(samples: list[Any], name: str) -> list[Any]:
     return [s for s in samples if s.name == METRICS_BY_NAME[name].exported_name]
 
 
+def _models_exporting(app: App, name: str) -> set[str]:
+    """The ``model`` labels of the series of ``name`` on the metrics port."""
+    return {s.labels.get("model") for s in _series(_scrape(app), name)}
+
+
 def _replica_value(samples: list[Any], name: str, replica: str, **labels: str) -> float:
     """The sum of one replica's series of ``name`` (over the labels not given)."""
     return sum(
@@ -272,6 +298,55 @@ def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> No
     vllm = [s for s in samples if s.name.startswith("ray_vllm_")]
     assert {s.labels.get("ReplicaId") for s in vllm} >= {replica}
     assert any("spec_decode" in s.name for s in vllm)
+
+
+def test_two_models_in_one_app_each_have_their_own_policy_actor_and_metrics(app: App) -> None:
+    """``tiny-b`` (largest gamma 5 from ``num_speculative_tokens`` alone) is served next to
+    ``tiny`` (3): its own replica, policy actor (fingerprint, pool, replicas) and
+    ``nightjar_*`` series (``model`` label, one ``gamma`` series per arm 0..5)."""
+    import ray
+
+    def complete(prompt: str) -> tuple[int, Any]:
+        body = {"model": SECOND_MODEL_ID, "prompt": prompt, "max_tokens": 24}
+        return post(f"{app.url}/v1/completions", {"temperature": 0.0, **body})
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(complete, PROMPTS))
+    assert all(s == 200 and b["model"] == SECOND_MODEL_ID for s, b in results), results
+    (replica,) = _live_replicas(SECOND_MODEL_ID)
+    assert replica not in _live_replicas(MODEL_ID)
+    actors = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(policy_actor_prefix(APP))
+    ]
+    assert len(actors) == 2, actors  # one per model
+    for model in (MODEL_ID, SECOND_MODEL_ID):
+        assert sum(a.startswith(policy_actor_prefix(APP, model)) for a in actors) == 1, actors
+
+    def settled() -> tuple[dict[str, Any], list[Any]] | None:
+        """tiny-b's actor holds its replica's report and observations; its counters on
+        the metrics port equal the report."""
+        status, samples = _status(SECOND_MODEL_ID), _scrape(app)
+        report = status["replicas"].get(replica, {}).get("report")
+        if not report or not report["num_observed_steps"] or status["pool_count"] <= 0:
+            return None
+        for name, key in EXPORTED_REPORT.items():
+            if _replica_value(samples, name, replica, model=SECOND_MODEL_ID) != report[key]:
+                return None
+        return status, samples
+
+    status, samples = wait_until(settled, 120, 0.5, "tiny-b's policy actor and metrics")
+    assert status["fingerprint"]["gamma_max"] == 5
+    assert _status(MODEL_ID)["fingerprint"]["gamma_max"] == 3
+    assert set(status["replicas"]) == {replica}  # no replica of tiny pools here
+    assert not set(_status(MODEL_ID)["replicas"]) & {replica}
+    steps = [s for s in _series(samples, "nightjar_steps") if s.labels["replica"] == replica]
+    assert {s.labels["model"] for s in steps} == {SECOND_MODEL_ID}
+    assert {s.labels["deployment"] for s in steps} == {faults.deployment_name(SECOND_MODEL_ID)}
+    assert {s.labels["gamma"] for s in steps} == {str(g) for g in range(6)}
+    tiny_steps = [s for s in _series(samples, "nightjar_steps") if s.labels["model"] == MODEL_ID]
+    assert {s.labels["gamma"] for s in tiny_steps} == {str(g) for g in range(4)}
 
 
 def test_a_fresh_idle_replica_exports_its_kv_gauges(app: App) -> None:
@@ -401,17 +476,17 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
     output equals its prompt's reference."""
     from nightjar_ray.loadgen.chaos import chaos_requests, reference_texts, run_chaos
 
-    assert len(faults.llm_replicas(APP)) == 2
+    assert len(faults.llm_replicas(APP, MODEL_ID)) == 2
     prompts = [tuple(range(20 + i, 40 + i)) for i in range(3)]
     references = reference_texts(app.url, MODEL_ID, prompts, 16)
     requests = chaos_requests(prompts, 3.0, 20.0, 16, seed=0)
     killed: dict[str, str] = {}
 
     def fault() -> None:
-        killed["name"] = faults.kill_one_replica(APP)
+        killed["name"] = faults.kill_one_replica(APP, MODEL_ID)
 
     def recovered() -> bool:
-        return "name" in killed and faults.replicas_replaced(APP, killed["name"], 2)
+        return "name" in killed and faults.replicas_replaced(APP, killed["name"], 2, MODEL_ID)
 
     report, run = run_chaos(
         "replica-kill", app.url, MODEL_ID, requests, references, fault, recovered, 6.0, 420.0
@@ -443,9 +518,9 @@ def test_killing_the_policy_actor_under_load_fails_no_request(app: App) -> None:
             "requests to complete and the pool to hold observations",
         )
         live = len(_live_replicas())
-        killed_at = faults.kill_policy_actor(APP)
+        killed_at = faults.kill_policy_actor(APP, MODEL_ID)
         wait_until(
-            lambda: faults.policy_actor_recovered(APP, killed_at, live),
+            lambda: faults.policy_actor_recovered(APP, killed_at, live, MODEL_ID),
             120,
             0.5,
             "the restarted actor to restore its snapshot and every replica to re-sync",

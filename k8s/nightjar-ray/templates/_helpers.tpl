@@ -151,15 +151,26 @@ tolerations:
 {{- end }}
 {{- end -}}
 
-{{/* A local nightjar.pooling.snapshot_dir of an application must lie under
-policyPool.mountPath (the head's snapshot volume); unset, it is NightjarConfig's default. */}}
+{{/* A local nightjar.pooling.snapshot_dir of an application (or of each model of its
+llm_configs) must lie under policyPool.mountPath (the head's snapshot volume); unset, it is
+NightjarConfig's default. */}}
 {{- define "nightjar-ray.checkSnapshotDirs" -}}
 {{- $mount := trimSuffix "/" .Values.policyPool.mountPath -}}
 {{- range $i, $app := .Values.serveConfig.applications }}
-{{- $dir := dig "nightjar" "pooling" "snapshot_dir" "/tmp/nightjar-ray/policy-pool" ($app.args | default dict) -}}
+{{- $args := $app.args | default dict -}}
+{{- $models := list (dict "where" "" "args" $args) -}}
+{{- if hasKey $args "llm_configs" }}
+{{- $models = list -}}
+{{- range $j, $m := $args.llm_configs }}
+{{- $models = append $models (dict "where" (printf ".llm_configs[%d]" $j) "args" ($m | default dict)) -}}
+{{- end }}
+{{- end }}
+{{- range $models }}
+{{- $dir := dig "nightjar" "pooling" "snapshot_dir" "/tmp/nightjar-ray/policy-pool" .args -}}
 {{- $local := trimPrefix "file://" $dir -}}
 {{- if and (hasPrefix "/" $local) (ne $local $mount) (not (hasPrefix (printf "%s/" $mount) $local)) }}
-{{- fail (printf "serveConfig.applications[%d].args.nightjar.pooling.snapshot_dir %q is not under policyPool.mountPath %q: the policy actor's snapshot would not reach the mounted volume (set one to the other, or use an s3:// or gs:// URI)" $i $dir $mount) }}
+{{- fail (printf "serveConfig.applications[%d].args%s.nightjar.pooling.snapshot_dir %q is not under policyPool.mountPath %q: the policy actor's snapshot would not reach the mounted volume (set one to the other, or use an s3:// or gs:// URI)" $i .where $dir $mount) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}
