@@ -40,7 +40,6 @@ def _config(label: str, args: argparse.Namespace, log: Path) -> NightjarConfig:
     params = {"gamma": args.fixed_gamma} if args.policy == "fixed" else {}
     return NightjarConfig.model_validate(
         {
-            "gamma_max": args.gamma_max,
             "policy": args.policy,
             "policy_params": params,
             "decision_log_path": str(log),
@@ -65,7 +64,9 @@ def run_one(
     }
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "decisions.jsonl"
-        with offline_engine(pair, _config(label, args, log), **engine) as llm:
+        config = _config(label, args, log)
+        spec_extra = {"num_speculative_tokens": args.gamma_max}
+        with offline_engine(pair, config, spec_extra=spec_extra, **engine) as llm:
             run_batch(llm, prompts[:2], 8)  # warm-up
             warm_steps = len(_steps(log))
             (before,) = llm.collective_rpc("nightjar_memory_stats")
@@ -180,7 +181,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
-    p.add_argument("--gamma-max", type=int, default=3)
+    p.add_argument(
+        "--gamma-max",
+        type=int,
+        default=3,
+        help="The largest gamma: speculative_config.num_speculative_tokens (default 3).",
+    )
     p.add_argument("--policy", default="nightjar")
     p.add_argument("--fixed-gamma", type=int, default=0)
     return p.parse_args()

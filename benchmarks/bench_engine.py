@@ -43,6 +43,9 @@ from nightjar_ray.policy import PRESETS
 BATCHES = (1, 4, 16, 48)
 SKIP_BATCHES = (1, 16, 48)
 AA_CONTROL = "off (A/A control)"
+NUM_SPECULATIVE_TOKENS = 4
+"""The largest gamma (``speculative_config.num_speculative_tokens``) of the skip and
+end-to-end engines."""
 # NOTE: "vllm-static low-load" is the issue's baseline, a table tuned at low load
 # (best measured gamma at B=1 and B=2..4 on this pair, extended above B=4 as vLLM
 # does); "vllm-static crossover" is the policy's default table, which follows this
@@ -221,8 +224,9 @@ def bench_overhead(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         "stock": {"stock_gamma": g},
         "nightjar": {
             "nightjar": NightjarConfig(
-                policy="fixed", policy_params={"gamma": g}, gamma_max=g, draft_sync="stock"
-            )
+                policy="fixed", policy_params={"gamma": g}, draft_sync="stock"
+            ),
+            "spec_extra": {"num_speculative_tokens": g},
         },
     }
     res = interleaved(pair, engines, (args.overhead_batch,), args)
@@ -232,7 +236,10 @@ def bench_overhead(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
 
 def bench_skip(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     def off(sync: Literal["catch-up", "stock"]) -> dict[str, Any]:
-        return {"nightjar": NightjarConfig(policy="off", gamma_max=4, draft_sync=sync)}
+        return {
+            "nightjar": NightjarConfig(policy="off", draft_sync=sync),
+            "spec_extra": {"num_speculative_tokens": NUM_SPECULATIVE_TOKENS},
+        }
 
     engines = {"plain": {}, "true-skip": off("catch-up"), "stock-k0": off("stock")}
     res = interleaved(pair, engines, SKIP_BATCHES, args)
@@ -251,7 +258,6 @@ def policy_config(name: str, params: dict[str, Any], args: Any) -> NightjarConfi
         policy_params={} if preset else params,
         testing=TestingConfig(policy_overrides=params if preset else {}),
         policy_snapshot=snapshot,
-        gamma_max=4,
         switch_cost_profile=args.profile if learns else None,
         decision_log_path=args.decision_log if learns else None,
     )
@@ -296,6 +302,7 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
         "max_num_seqs": 64,
         "kv_cache_memory_bytes": 256 << 20,
         "max_model_len": max(1024, longest),
+        "spec_extra": {"num_speculative_tokens": NUM_SPECULATIVE_TOKENS},
         **engine_overrides(args),
     }
     lineup = list(json.loads(args.e2e_policies) if args.e2e_policies else E2E_POLICIES)

@@ -44,11 +44,12 @@ from nightjar_ray.models.pair import TINY_SPEC, ModelPair, PairSpec, generate_pa
 from nightjar_ray.policy import SwitchCostTable
 
 PROFILE_CONFIG = NightjarConfig(
-    gamma_max=1,
     draft_sync="catch-up",
     testing=TestingConfig(forced_gammas=[0, 0, 0, 0, 1], forced_steps_per_gamma=1),
 )
 """The engine configuration the profiler needs (four gamma=0 steps, one gamma=1)."""
+PROFILE_SPEC_EXTRA = {"num_speculative_tokens": 1}
+"""``speculative_config`` fields of the profiled engine: gammas 0..1."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
         args.repeats,
     )
     pair = resolve_pair(args)
-    with offline_engine(pair, PROFILE_CONFIG, **engine_overrides(grid)) as llm:
+    with offline_engine(
+        pair, PROFILE_CONFIG, spec_extra=PROFILE_SPEC_EXTRA, **engine_overrides(grid)
+    ) as llm:
         table = profile_switch_cost(llm, grid, pair.spec.vocab_size, progress=print)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     table.save(args.out)

@@ -33,7 +33,9 @@ TIGHT_ENGINE: dict[str, Any] = {
 fill the pool."""
 TP2_ENGINE = {**TIGHT_ENGINE, "tensor_parallel_size": 2, "kv_cache_memory_bytes": 3_000_000}
 """Each rank holds half the KV heads: half the bytes give the same blocks."""
-TP2_SPEC = {"draft_tensor_parallel_size": 2}
+SPEC_EXTRA = {"num_speculative_tokens": 3}
+"""``speculative_config`` fields of the Nightjar engines under test: gammas 0..3."""
+TP2_SPEC = {**SPEC_EXTRA, "draft_tensor_parallel_size": 2}
 TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 """One core per rank."""
 LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70, 12, 80, 36, 55, 27, 66, 8, 95)

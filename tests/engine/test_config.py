@@ -28,7 +28,7 @@ def args(config: object, **kw: object) -> dict[str, object]:
         ({"draft_sync": "sometimes"}, "draft_sync"),
         ({"draft_sync": "none"}, "draft_sync"),
         ({"testing": {"chaos_cycle_steps": 0}}, "testing.chaos_cycle_steps"),
-        ({"testing": {"forced_gammas": [0, 7]}, "gamma_max": 3}, "testing.forced_gammas"),
+        ({"testing": {"forced_gammas": [0, 7]}}, "testing.forced_gammas"),
         ({"testing": {"policy_overrides": {"bucketing": "x"}}}, "testing.policy_overrides"),
         ({"testing": {"policy_overrides": {"gamma_max": 2}}}, "gamma_max"),
         ({"testing": {"batch_size_rule": "all"}}, "testing.batch_size_rule"),
@@ -121,7 +121,7 @@ def test_gamma_max_is_a_deprecated_alias_of_num_speculative_tokens(
         )
     assert _largest_gamma(kw) == 5
     both = r"nightjar\.gamma_max=3 and speculative_config\.num_speculative_tokens=5 disagree"
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=both):
+    with pytest.warns(DeprecationWarning, match=replacement), pytest.raises(ValueError, match=both):
         args(NightjarConfig(gamma_max=3), speculative_config={**SPEC, "num_speculative_tokens": 5})
 
 
@@ -192,11 +192,10 @@ def test_skip_catch_up_is_the_testing_control_of_draft_sync() -> None:
 
 
 def test_forced_gammas_replace_the_policy() -> None:
-    cfg = NightjarConfig(
-        gamma_max=3, testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 2}
-    )
-    policy = cfg.build_policy()
+    forced = NightjarConfig(testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 2})
+    policy = with_num_speculative_tokens(forced, 3).build_policy()
     assert [policy.choose(4, 0) for _ in range(6)] == [0, 0, 3, 3, 0, 0]
+    assert policy.gamma_max == 3
     assert NightjarConfig().testing.forced_gammas is None
     with pytest.raises(ValueError, match=r"testing\.forced_gammas and policy_snapshot"):
         NightjarConfig(testing={"forced_gammas": [0]}, policy_snapshot="/any/snapshot.json")

@@ -15,7 +15,7 @@ from nightjar_ray.engine.offline import (
 )
 from nightjar_ray.models.pair import ModelPair
 
-from .conftest import SMALL_ENGINE
+from .conftest import SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
@@ -24,8 +24,8 @@ def switching_run(
     pair: ModelPair, prompts: list[list[int]], catch_up: bool
 ) -> tuple[SpecCounters, int]:
     testing = {"forced_gammas": [0, 3], "forced_steps_per_gamma": 4}
-    config = NightjarConfig(gamma_max=3, testing={**testing, "skip_catch_up": not catch_up})
-    with offline_engine(pair, config, **SMALL_ENGINE) as llm:
+    config = NightjarConfig(testing={**testing, "skip_catch_up": not catch_up})
+    with offline_engine(pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
         run_batch(llm, prompts, max_tokens=64)
         steps = draft_stats(llm)["steps"]
         counters = spec_counters(llm)

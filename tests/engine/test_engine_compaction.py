@@ -18,7 +18,7 @@ from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batc
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import LENGTHS, TIGHT_ENGINE, TP2_ENGINE, TP2_ENV, TP2_SPEC
+from .conftest import LENGTHS, SPEC_EXTRA, TIGHT_ENGINE, TP2_ENGINE, TP2_ENV, TP2_SPEC
 
 pytestmark = pytest.mark.engine
 
@@ -41,7 +41,6 @@ def test_compaction_cycles_under_load_are_lossless(
     lossy_pair: ModelPair, many_prompts: list[list[int]], tight_reference: list[list[int]]
 ) -> None:
     config = NightjarConfig(
-        gamma_max=3,
         testing={
             "forced_gammas": [0, 3],
             "forced_steps_per_gamma": 3,
@@ -49,7 +48,7 @@ def test_compaction_cycles_under_load_are_lossless(
             "chaos_region_blocks": 12,
         },
     )
-    with offline_engine(lossy_pair, config, **TIGHT_ENGINE) as llm:
+    with offline_engine(lossy_pair, config, spec_extra=SPEC_EXTRA, **TIGHT_ENGINE) as llm:
         runs = [run_batch(llm, many_prompts, MAX_TOKENS).token_ids for _ in range(2)]
         (worker,) = llm.collective_rpc("nightjar_memory_stats")
     assert runs == [tight_reference, tight_reference]
@@ -90,7 +89,6 @@ def test_tp2_ranks_apply_the_same_moves_and_stay_lossless(
     lossy_pair: ModelPair, many_prompts: list[list[int]], tp2_reference: list[list[int]]
 ) -> None:
     config = NightjarConfig(
-        gamma_max=3,
         testing={
             "forced_gammas": [0, 3],
             "forced_steps_per_gamma": 3,
@@ -117,7 +115,6 @@ def test_tp2_ranks_offload_grow_compact_and_reload_together(
     """The controller's events at TP=2: both ranks hold the same N_max, offload and
     reload the same number of times, move the same blocks, and stay lossless."""
     config = NightjarConfig(
-        gamma_max=3,
         elastic_memory={
             "enabled": True,
             "tau_low_fraction": 0.3,  # 12 requests on 36 blocks: scarce at 11 free

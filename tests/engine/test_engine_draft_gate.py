@@ -12,7 +12,7 @@ from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prom
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import SMALL_ENGINE
+from .conftest import SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
@@ -31,10 +31,10 @@ def test_one_token_requests_never_draft_their_prompt(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "decisions.jsonl"
-    config = NightjarConfig(gamma_max=3, decision_log_path=str(log))
+    config = NightjarConfig(decision_log_path=str(log))
     outputs: list[list[int]] = []
     forwards_per_long_prompt = []
-    with offline_engine(copy_pair, config, **SMALL_ENGINE) as llm:
+    with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
         for prompt in prompts[:4]:  # one at a time: the bandit learns that B=1 speculates
             outputs += run_batch(llm, [prompt], 40).token_ids
         num_warmup_steps = len(log.read_text().splitlines())

@@ -28,7 +28,7 @@ from nightjar_ray.engine.offline import (
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import LENGTHS, TIGHT_ENGINE
+from .conftest import LENGTHS, SPEC_EXTRA, TIGHT_ENGINE
 
 pytestmark = pytest.mark.engine
 
@@ -64,7 +64,6 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
     acceptance below check the reloaded draft either way."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3,
         policy="fixed",
         policy_params={"gamma": 3},
         decision_log_path=str(log),
@@ -75,7 +74,7 @@ def test_offload_reload_cycles_are_lossless_and_rebuild_the_draft_kv(
             "self_check": True,
         },
     )
-    with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
+    with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **TIGHT_ENGINE) as llm:
         outputs = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
         (worker,) = llm.collective_rpc("nightjar_memory_stats")
         acceptance = spec_counters(llm).acceptance_rate
@@ -133,12 +132,11 @@ def elastic_engine(
     (``spec_counters``) with it."""
     log = tmp_path_factory.mktemp("elastic") / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3,
         decision_log_path=str(log),
         elastic_memory=ELASTIC,
         testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 6, **CHECKED},
     )
-    with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
+    with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **TIGHT_ENGINE) as llm:
         runs = [run_batch(llm, copy_prompts, MAX_TOKENS).token_ids for _ in range(2)]
         (worker,) = llm.collective_rpc("nightjar_memory_stats")
         acceptance = spec_counters(llm).acceptance_rate
@@ -225,13 +223,12 @@ def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
     the policy is speculating, the paper's condition (1) does not hold. Lossless."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3,
         policy="nightjar",
         decision_log_path=str(log),
         elastic_memory=ELASTIC,
         testing=CHECKED,
     )
-    with offline_engine(copy_pair, config, **TIGHT_ENGINE) as llm:
+    with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **TIGHT_ENGINE) as llm:
         out = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids
         (worker,) = llm.collective_rpc("nightjar_memory_stats")
     assert out == copy_reference

@@ -26,7 +26,7 @@ from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 from nightjar_ray.policy import StepResult, build_policy
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import MAX_TOKENS, SMALL_ENGINE
+from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
@@ -38,12 +38,11 @@ def switching_run(
     pair: ModelPair, prompts: list[list[int]], **testing: Any
 ) -> tuple[list[list[int]], dict[str, Any], SpecCounters]:
     config = NightjarConfig(
-        gamma_max=3,
         policy="fixed",
         policy_params={"gamma": 3},
         testing={**SWITCHING, **testing},
     )
-    with offline_engine(pair, config, **SMALL_ENGINE) as llm:
+    with offline_engine(pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
         outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
         stats = draft_stats(llm)
         counters = spec_counters(llm)
@@ -124,12 +123,11 @@ def mixed_run(
     outputs, draft KV slots written per prompt (by index) and the decision log."""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
-        gamma_max=3,
         decision_log_path=str(log),
         policy_snapshot=str(speculating_snapshot(tmp_path / "policy.json")),
         testing={"count_draft_slots": True, "policy_overrides": {"draft_gate_scope": scope}},
     )
-    with offline_engine(pair, config, **SMALL_ENGINE) as llm:
+    with offline_engine(pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
         outputs = run_batch(llm, MIXED_PROMPTS, MIXED_MAX_TOKENS).token_ids
         written = draft_stats(llm)["num_draft_kv_slots"]
     assert "?" not in written  # every slot a draft forward wrote belongs to a request

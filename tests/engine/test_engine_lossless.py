@@ -16,7 +16,7 @@ from nightjar_ray.engine.offline import draft_stats, offline_engine, run_batch
 from nightjar_ray.models.pair import ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import MAX_TOKENS, SMALL_ENGINE
+from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
@@ -34,8 +34,8 @@ def reference(
 def run_nightjar(
     pair: ModelPair, prompts: list[list[int]], log: Path, method: str = "draft_model", **cfg: Any
 ) -> tuple[list[list[int]], dict[str, Any], list[dict[str, Any]]]:
-    config = NightjarConfig(gamma_max=3, decision_log_path=str(log), **cfg)
-    with offline_engine(pair, config, method=method, **SMALL_ENGINE) as llm:
+    config = NightjarConfig(decision_log_path=str(log), **cfg)
+    with offline_engine(pair, config, spec_extra=SPEC_EXTRA, method=method, **SMALL_ENGINE) as llm:
         outputs = run_batch(llm, prompts, MAX_TOKENS).token_ids
         stats = draft_stats(llm)
     decisions = [json.loads(line) for line in log.read_text().splitlines()]

@@ -45,6 +45,8 @@ from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prom
 from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.models.pair import ModelPair
 
+from .conftest import SPEC_EXTRA
+
 pytestmark = pytest.mark.engine
 
 TEMPERATURE = 0.05
@@ -188,8 +190,8 @@ def speculative_run(
 ) -> tuple[Samples, dict[str, Any], Any]:
     """Samples, draft-sync stats and spec-decode counters of the forced-gamma engine."""
     log = Path(tmp_path_factory.mktemp("sampling")) / "decisions.jsonl"
-    config = NightjarConfig(gamma_max=3, decision_log_path=str(log), testing=FORCED)
-    with offline_engine(lossy_pair, config, **SAMPLING_ENGINE) as llm:
+    config = NightjarConfig(decision_log_path=str(log), testing=FORCED)
+    with offline_engine(lossy_pair, config, spec_extra=SPEC_EXTRA, **SAMPLING_ENGINE) as llm:
         return sample(llm, prompt, first_seed=0), draft_stats(llm), spec_counters(llm)
 
 

@@ -24,9 +24,7 @@ def test_tp2_ranks_agree_and_stay_lossless(
     for name, value in TP2_ENV.items():
         monkeypatch.setenv(name, value)
     reference = reference_engines.outputs(copy_pair, prompts[:4], 40, env=TP2_ENV, **TP2_ENGINE)
-    config = NightjarConfig(
-        testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 3}, gamma_max=3
-    )
+    config = NightjarConfig(testing={"forced_gammas": [0, 3], "forced_steps_per_gamma": 3})
     with offline_engine(copy_pair, config, spec_extra=TP2_SPEC, **TP2_ENGINE) as llm:
         outputs = run_batch(llm, prompts[:4], 40).token_ids
         ranks = llm.collective_rpc("nightjar_draft_stats")

@@ -3,11 +3,14 @@ rejected with the field named, before Ray (and so any replica or actor) is touch
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import yaml
 
 from nightjar_ray.cli.demo import demo_app_args
 from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
+from nightjar_ray.engine.config import MAX_NUM_SPECULATIVE_TOKENS
 from nightjar_ray.engine.ray_cpu import RAY_CPU_PLATFORM_ENV, RAY_CPU_RESOURCE, SETUP_HOOK
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
 from tests.support import REPO_ROOT, wait_until
@@ -137,13 +141,26 @@ BAD = [
 ]
 
 
+def _alias_warning(path: str, value: Any) -> AbstractContextManager[Any]:
+    """The deprecation warning a bad config that sets the alias ``nightjar.gamma_max`` at
+    ``path`` to an in-range ``value`` gives before it is refused (an error outside
+    ``pytest.warns``: pyproject's filterwarnings), naming the model's fields."""
+    alias = "nightjar.gamma_max"
+    if not path.endswith(alias) or not 1 <= value <= MAX_NUM_SPECULATIVE_TOKENS:
+        return contextlib.nullcontext()
+    prefix = re.sub(r"^llm_configs\.(\d+)\.", r"llm_configs[\1].", path.removesuffix(alias))
+    message = f"{prefix}{alias} is deprecated: set {prefix}{NUM_SPEC}"
+    return pytest.warns(DeprecationWarning, match=re.escape(message))
+
+
 @pytest.mark.parametrize(("path", "value", "named"), BAD)
 def test_bad_configs_fail_naming_the_field_before_ray_starts(
     path: str, value: Any, named: str, tmp_path: Path, nightjar_cache: Path
 ) -> None:
     from nightjar_ray.serve import build_app
 
-    with pytest.raises(ValueError, match="invalid config") as info:
+    warns = _alias_warning(path, value)
+    with warns, pytest.raises(ValueError, match="invalid config") as info:
         build_app(_set(app_args(tmp_path), path, value))
     assert named in str(info.value)
 
@@ -290,7 +307,8 @@ def test_bad_llm_configs_fail_naming_the_field_and_its_index(
 ) -> None:
     from nightjar_ray.serve import build_app
 
-    with pytest.raises(ValueError, match="invalid config") as info:
+    warns = _alias_warning(path, value)
+    with warns, pytest.raises(ValueError, match="invalid config") as info:
         build_app(_set(two_model_args(tmp_path), path, value))
     assert named in str(info.value)
 
