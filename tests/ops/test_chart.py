@@ -251,6 +251,17 @@ def test_bad_nightjar_block_fails_at_install(nightjar: dict[str, Any], field: st
         parse_app_config(_app_with(nightjar)["serveConfig"]["applications"][0]["args"])
 
 
+def test_the_deprecated_gamma_max_installs_and_warns_naming_its_replacement() -> None:
+    """The alias still installs (the schema marks it deprecated); the app warns."""
+    values = _app_with({"gamma_max": 4})
+    (service,) = render(values)["RayService"]
+    assert rayservice_errors(service) == []
+    replacement = r"nightjar\.gamma_max is deprecated: set engine_kwargs\.speculative_config\."
+    with pytest.warns(DeprecationWarning, match=replacement):
+        parsed = parse_app_config(values["serveConfig"]["applications"][0]["args"])
+    assert parsed.nightjar.num_speculative_tokens == 4
+
+
 def test_the_testing_block_is_not_part_of_the_chart() -> None:
     """Test-only switches (chaos runs set them through Serve) are refused at install."""
     import helm_python as helm
