@@ -27,6 +27,7 @@ import pytest
 from nightjar_ray.cli import faults
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.models.pair import generate_pair
+from nightjar_ray.serve.auth import API_KEY_ENV
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
 from nightjar_ray.serve.context import policy_actor_prefix
 from tests.reference_engines import ReferenceEngines
@@ -37,6 +38,7 @@ from .conftest import (
     MODEL_ID,
     SECOND_MODEL_ID,
     app_args,
+    client_headers,
     expected_pool_count,
     get,
     post,
@@ -46,6 +48,7 @@ from .conftest import (
 pytestmark = pytest.mark.engine
 
 APP = "nj"
+API_KEY = "nj-test-key-0123456789"
 PROMPTS = ["def parse(self, args):", "import json\nclass Config:", "return value if"]
 
 
@@ -97,7 +100,18 @@ def _deploy(snapshot_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+def api_key() -> Iterator[str]:
+    """``$NIGHTJAR_API_KEY`` for the module: the local cluster ``app`` starts inherits it
+    (as from the shell of a ``serve run``), so the app requires it; the clients send it."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(API_KEY_ENV, API_KEY)
+        yield API_KEY
+
+
+@pytest.fixture(scope="module")
+def app(
+    nightjar_cache: Path, api_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[App]:
     import ray
     from ray import serve
 
@@ -137,7 +151,7 @@ def _stream(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     req = urllib.request.Request(
         f"{app.url}{path}",
         data=json.dumps({**body, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **client_headers(None)},
     )
     chunks = []
     with urllib.request.urlopen(req, timeout=300) as resp:
@@ -216,6 +230,66 @@ def _message(body: Any) -> str:
         error = body.get("error")
         return str(error.get("message") if isinstance(error, dict) else body.get("detail", ""))
     return str(body)
+
+
+def _engine_steps() -> tuple[int]:
+    """Steps of every live replica's engine, from reports the replicas sent after this
+    call began (two policy exchanges later): every request answered before the call is
+    in them. An idle engine takes no step."""
+    before = {r: rec["num_exchanges"] for r, rec in _status()["replicas"].items()}
+
+    def fresh() -> tuple[int] | None:
+        status, live = _status(), _live_replicas()
+        records = {r: status["replicas"].get(r) for r in live}
+        if not all(
+            rec and rec["report"] and rec["num_exchanges"] >= before.get(r, 0) + 2
+            for r, rec in records.items()
+        ):
+            return None
+        return (sum(rec["report"]["num_steps"] for rec in records.values() if rec),)
+
+    return wait_until(fresh, 60, 0.2, "two policy exchanges of every replica")
+
+
+def test_with_a_key_set_requests_without_it_get_401_and_reach_no_engine(
+    app: App, api_key: str
+) -> None:
+    """No key, a wrong key or another scheme: 401 with an OpenAI-style error on every
+    OpenAI route (``/v1/models`` too); no engine takes a step for them. With the key the
+    same requests are served."""
+    comp = {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 8}
+    chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    refused = [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": f"Basic {api_key}"}]
+    steps_before = _engine_steps()
+    for headers in refused:
+        for status, body in [
+            post(f"{app.url}/v1/completions", comp, headers=headers),
+            post(f"{app.url}/v1/chat/completions", chat, headers=headers),
+            get(f"{app.url}/v1/models", headers=headers),
+            get(f"{app.url}/v1/models/{MODEL_ID}", headers=headers),
+        ]:
+            assert status == 401, (headers, status, body)
+            assert body["error"]["code"] == 401, body
+            assert body["error"]["type"] == "AuthenticationError" and body["error"]["message"]
+    assert _engine_steps() == steps_before
+
+    key = {"Authorization": f"Bearer {api_key}"}
+    status, models = get(f"{app.url}/v1/models", headers=key)
+    assert status == 200 and [m["id"] for m in models["data"]] == [MODEL_ID]
+    status, body = post(f"{app.url}/v1/completions", comp, headers=key)
+    assert status == 200 and body["usage"]["completion_tokens"] == 8, body
+    assert _engine_steps() > steps_before
+
+
+def test_with_a_key_set_health_and_metrics_need_none(app: App) -> None:
+    """Probes and Prometheus scrape without the key: Serve's health and routes, Ray's
+    metrics port."""
+    status, text = get(f"{app.url}/-/healthz", headers={})
+    assert status == 200, text
+    status, routes = get(f"{app.url}/-/routes", headers={})
+    assert status == 200 and routes.get("/") == APP, routes
+    status, metrics = get(f"{app.metrics_url}/metrics", headers={})
+    assert status == 200 and "ray_nightjar_kv_blocks" in metrics
 
 
 def _scrape(app: App) -> list[Any]:
