@@ -30,7 +30,8 @@ AUTH_ERROR_TYPE = "AuthenticationError"
 """``error.type`` of a rejection: the OpenAI client's name for a 401, as vLLM names its
 other errors after the client's exception classes (``BadRequestError``, ...)."""
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(f"ray.serve.{__name__}")
+"""Under Serve's logger, as Ray Serve LLM's own: the line lands in the replica's log."""
 
 
 def api_key_from_env(environ: Mapping[str, str]) -> str | None:
@@ -109,7 +110,7 @@ def require_api_key(app: Any, environ: Mapping[str, str], required: bool) -> boo
             "replica's environment: set it on every node (every Ray pod) that runs the app"
         )
     if key is None:
-        logger.warning(
+        logger.info(
             "nightjar: %s is not set: the endpoint takes requests without a key", API_KEY_ENV
         )
         return False

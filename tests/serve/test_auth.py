@@ -154,11 +154,19 @@ def test_a_replica_without_the_key_the_app_was_built_with_refuses_to_start() -> 
 
 
 def test_require_api_key_says_whether_it_put_the_check_on(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
     from fastapi import FastAPI
 
-    caplog.set_level("INFO", logger="nightjar_ray.serve.auth")
-    assert require_api_key(FastAPI(), {API_KEY_ENV: KEY}, required=False)
-    assert not require_api_key(FastAPI(), {}, required=False)
+    from nightjar_ray.serve.auth import logger
+
+    logger.addHandler(caplog.handler)  # Serve's logger may not propagate to the root
+    try:
+        with caplog.at_level(logging.INFO, logger=logger.name):
+            assert require_api_key(FastAPI(), {API_KEY_ENV: KEY}, required=False)
+            assert not require_api_key(FastAPI(), {}, required=False)
+    finally:
+        logger.removeHandler(caplog.handler)
     messages = [r.getMessage() for r in caplog.records]
     assert any("requires an API key" in m for m in messages)
     assert any("without a key" in m for m in messages)
