@@ -110,6 +110,18 @@ def test_the_key_comes_from_the_environment_and_must_be_usable_in_a_header() -> 
             api_key_from_env({API_KEY_ENV: bad})
 
 
+def test_the_builder_asks_for_the_key_where_it_is_set_and_rejects_an_unusable_one() -> None:
+    from nightjar_ray.serve.ingress import NightjarIngress, ingress_cls_config
+
+    assert ingress_cls_config({API_KEY_ENV: KEY}) == {
+        "ingress_cls": NightjarIngress,
+        "ingress_extra_kwargs": {"require_api_key": True},
+    }
+    assert ingress_cls_config({})["ingress_extra_kwargs"] == {"require_api_key": False}
+    with pytest.raises(ValueError, match=f"{API_KEY_ENV}: the API key must be visible"):
+        ingress_cls_config({API_KEY_ENV: "with space"})
+
+
 def _ingress_app(environ: dict[str, str], required: bool) -> Any:
     """Ray Serve LLM's ingress for ``NightjarIngress`` (as ``build_openai_app`` makes it),
     constructed and given its app as Serve's replica does, with ``environ`` as the
