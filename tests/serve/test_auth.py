@@ -111,15 +111,44 @@ def test_the_key_comes_from_the_environment_and_must_be_usable_in_a_header() -> 
 
 
 def test_the_builder_asks_for_the_key_where_it_is_set_and_rejects_an_unusable_one() -> None:
-    from nightjar_ray.serve.ingress import NightjarIngress, ingress_cls_config
+    from nightjar_ray.serve.ingress import NightjarIngress, with_nightjar_ingress
 
-    assert ingress_cls_config({API_KEY_ENV: KEY}) == {
-        "ingress_cls": NightjarIngress,
-        "ingress_extra_kwargs": {"require_api_key": True},
+    assert with_nightjar_ingress({}, {API_KEY_ENV: KEY}) == {
+        "ingress_cls_config": {
+            "ingress_cls": NightjarIngress,
+            "ingress_extra_kwargs": {"require_api_key": True},
+        }
     }
-    assert ingress_cls_config({})["ingress_extra_kwargs"] == {"require_api_key": False}
+    off = with_nightjar_ingress({}, {})["ingress_cls_config"]["ingress_extra_kwargs"]
+    assert off == {"require_api_key": False}
     with pytest.raises(ValueError, match=f"{API_KEY_ENV}: the API key must be visible"):
-        ingress_cls_config({API_KEY_ENV: "with space"})
+        with_nightjar_ingress({}, {API_KEY_ENV: "with space"})
+
+
+class CustomIngress:
+    """Not a NightjarIngress: an app with it would take requests without the key."""
+
+
+def test_a_users_ingress_fields_are_kept_and_their_class_must_check_the_key() -> None:
+    from nightjar_ray.serve.ingress import NightjarIngress, with_nightjar_ingress
+
+    user = {
+        "ingress_deployment_config": {"num_replicas": 2},
+        "ingress_cls_config": {
+            "ingress_cls": "nightjar_ray.serve.ingress:NightjarIngress",
+            "ingress_extra_kwargs": {"custom_option": 1},
+        },
+    }
+    assert with_nightjar_ingress(user, {API_KEY_ENV: KEY}) == {
+        "ingress_deployment_config": {"num_replicas": 2},
+        "ingress_cls_config": {
+            "ingress_cls": NightjarIngress,
+            "ingress_extra_kwargs": {"custom_option": 1, "require_api_key": True},
+        },
+    }
+    other = {"ingress_cls_config": {"ingress_cls": CustomIngress}}
+    with pytest.raises(ValueError, match=r"ingress_cls_config\.ingress_cls: .* does not subclass"):
+        with_nightjar_ingress(other, {})
 
 
 def _ingress_app(environ: dict[str, str], required: bool) -> Any:

@@ -233,17 +233,22 @@ def _message(body: Any) -> str:
 
 
 def _engine_steps() -> tuple[int]:
-    """Steps of every live replica's engine, from reports the replicas sent after this
-    call began (two policy exchanges later): every request answered before the call is
-    in them. An idle engine takes no step."""
-    before = {r: rec["num_exchanges"] for r, rec in _status()["replicas"].items()}
+    """Steps of every live replica's engine (both models), from reports the replicas sent
+    after this call began (two policy exchanges later): every request answered before the
+    call is in them. An idle engine takes no step."""
+    models = (MODEL_ID, SECOND_MODEL_ID)
+    before = {
+        (m, r): rec["num_exchanges"] for m in models for r, rec in _status(m)["replicas"].items()
+    }
 
     def fresh() -> tuple[int] | None:
-        status, live = _status(), _live_replicas()
-        records = {r: status["replicas"].get(r) for r in live}
+        records = {}
+        for m in models:
+            status, live = _status(m), _live_replicas(m)
+            records.update({(m, r): status["replicas"].get(r) for r in live})
         if not all(
-            rec and rec["report"] and rec["num_exchanges"] >= before.get(r, 0) + 2
-            for r, rec in records.items()
+            rec and rec["report"] and rec["num_exchanges"] >= before.get(key, 0) + 2
+            for key, rec in records.items()
         ):
             return None
         return (sum(rec["report"]["num_steps"] for rec in records.values() if rec),)
@@ -275,7 +280,7 @@ def test_with_a_key_set_requests_without_it_get_401_and_reach_no_engine(
 
     key = {"Authorization": f"Bearer {api_key}"}
     status, models = get(f"{app.url}/v1/models", headers=key)
-    assert status == 200 and [m["id"] for m in models["data"]] == [MODEL_ID]
+    assert status == 200 and {m["id"] for m in models["data"]} == {MODEL_ID, SECOND_MODEL_ID}
     status, body = post(f"{app.url}/v1/completions", comp, headers=key)
     assert status == 200 and body["usage"]["completion_tokens"] == 8, body
     assert _engine_steps() > steps_before
@@ -440,7 +445,9 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
 
     sampler = metrics_sampler(f"{app.metrics_url}/metrics")
     reqs = [RequestSpec(i, 0.5 * i, 40, 16, tuple(range(20 + i, 60 + i))) for i in range(16)]
-    samples, before, _, run = run_soak(app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0)
+    samples, before, _, run = run_soak(
+        app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0, headers=client_headers(None)
+    )
     assert all(r.ok for r in run.records) and len(run.records) == 16
     assert len(samples) >= 3
     assert all(v > 50 * 2**20 for v in samples[-1].rss_bytes.values()), samples[-1].rss_bytes
@@ -552,7 +559,7 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
 
     assert len(faults.llm_replicas(APP, MODEL_ID)) == 2
     prompts = [tuple(range(20 + i, 40 + i)) for i in range(3)]
-    references = reference_texts(app.url, MODEL_ID, prompts, 16)
+    references = reference_texts(app.url, MODEL_ID, prompts, 16, client_headers(None))
     requests = chaos_requests(prompts, 3.0, 20.0, 16, seed=0)
     killed: dict[str, str] = {}
 
@@ -563,7 +570,16 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
         return "name" in killed and faults.replicas_replaced(APP, killed["name"], 2, MODEL_ID)
 
     report, run = run_chaos(
-        "replica-kill", app.url, MODEL_ID, requests, references, fault, recovered, 6.0, 420.0
+        "replica-kill",
+        app.url,
+        MODEL_ID,
+        requests,
+        references,
+        fault,
+        recovered,
+        6.0,
+        420.0,
+        headers=client_headers(None),
     )
     assert report.recovery_s is not None and recovered(), report
     assert report.num_compared > 0 and report.num_mismatched == 0, report
@@ -624,7 +640,7 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     prompt = tuple(range(20, 40))
     specs = [RequestSpec(i, 0.2 * i, 20, 12, prompt) for i in range(6)]
     specs.append(RequestSpec(6, 0.5, 300, 12, tuple(range(20, 320))))  # over max_model_len: 400
-    result = asyncio.run(run_open_loop(app.url, MODEL_ID, specs))
+    result = asyncio.run(run_open_loop(app.url, MODEL_ID, specs, headers=client_headers(None)))
     records = {r.req_id: r for r in result.records}
     assert len(records) == 7 and records[6].status == "http_400" and records[6].error
     ok = [records[i] for i in range(6)]
