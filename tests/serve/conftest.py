@@ -8,12 +8,13 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nightjar_ray.loadgen.client import request_headers
 from nightjar_ray.serve.config import CACHE_ENV
 
 MODEL_ID = "tiny"
@@ -98,13 +99,26 @@ def expected_pool_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> 
     return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
 
 
+def client_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """``headers``, or what every client sends: the API key when ``$NIGHTJAR_API_KEY``
+    is set (a module that deploys with a key sets it)."""
+    return dict(request_headers([], os.environ) if headers is None else headers)
+
+
 def post(
-    url: str, body: Any, raw: bytes | None = None, timeout_s: float = 300.0
+    url: str,
+    body: Any,
+    raw: bytes | None = None,
+    timeout_s: float = 300.0,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, Any]:
-    """POST JSON (or ``raw`` bytes); returns (status, parsed JSON or text). A reply not
-    started within ``timeout_s`` raises (a hung request fails the test)."""
+    """POST JSON (or ``raw`` bytes) with :func:`client_headers`; returns (status, parsed
+    JSON or text). A reply not started within ``timeout_s`` raises (a hung request fails
+    the test)."""
     data = raw if raw is not None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json", **client_headers(headers)}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             return resp.status, _parse(resp.read())
@@ -112,9 +126,11 @@ def post(
         return e.code, _parse(e.read())
 
 
-def get(url: str) -> tuple[int, Any]:
+def get(url: str, headers: Mapping[str, str] | None = None) -> tuple[int, Any]:
+    """GET with :func:`client_headers`; returns (status, parsed JSON or text)."""
+    req = urllib.request.Request(url, headers=client_headers(headers))
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
+        with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, _parse(resp.read())
     except urllib.error.HTTPError as e:
         return e.code, _parse(e.read())

@@ -27,6 +27,7 @@ import pytest
 from nightjar_ray.cli import faults
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.models.pair import generate_pair
+from nightjar_ray.serve.auth import API_KEY_ENV
 from nightjar_ray.serve.config import GENERATED_PAIRS, cache_dir
 from nightjar_ray.serve.context import policy_actor_prefix
 from tests.reference_engines import ReferenceEngines
@@ -37,6 +38,7 @@ from .conftest import (
     MODEL_ID,
     SECOND_MODEL_ID,
     app_args,
+    client_headers,
     expected_pool_count,
     get,
     post,
@@ -46,6 +48,7 @@ from .conftest import (
 pytestmark = pytest.mark.engine
 
 APP = "nj"
+API_KEY = "nj-test-key-0123456789"
 PROMPTS = ["def parse(self, args):", "import json\nclass Config:", "return value if"]
 
 
@@ -97,7 +100,18 @@ def _deploy(snapshot_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def app(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+def api_key() -> Iterator[str]:
+    """``$NIGHTJAR_API_KEY`` for the module: the local cluster ``app`` starts inherits it
+    (as from the shell of a ``serve run``), so the app requires it; the clients send it."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(API_KEY_ENV, API_KEY)
+        yield API_KEY
+
+
+@pytest.fixture(scope="module")
+def app(
+    nightjar_cache: Path, api_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[App]:
     import ray
     from ray import serve
 
@@ -137,7 +151,7 @@ def _stream(app: App, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     req = urllib.request.Request(
         f"{app.url}{path}",
         data=json.dumps({**body, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **client_headers(None)},
     )
     chunks = []
     with urllib.request.urlopen(req, timeout=300) as resp:
@@ -216,6 +230,71 @@ def _message(body: Any) -> str:
         error = body.get("error")
         return str(error.get("message") if isinstance(error, dict) else body.get("detail", ""))
     return str(body)
+
+
+def _engine_steps() -> tuple[int]:
+    """Steps of every live replica's engine (both models), from reports the replicas sent
+    after this call began (two policy exchanges later): every request answered before the
+    call is in them. An idle engine takes no step."""
+    models = (MODEL_ID, SECOND_MODEL_ID)
+    before = {
+        (m, r): rec["num_exchanges"] for m in models for r, rec in _status(m)["replicas"].items()
+    }
+
+    def fresh() -> tuple[int] | None:
+        records = {}
+        for m in models:
+            status, live = _status(m), _live_replicas(m)
+            records.update({(m, r): status["replicas"].get(r) for r in live})
+        if not all(
+            rec and rec["report"] and rec["num_exchanges"] >= before.get(key, 0) + 2
+            for key, rec in records.items()
+        ):
+            return None
+        return (sum(rec["report"]["num_steps"] for rec in records.values() if rec),)
+
+    return wait_until(fresh, 60, 0.2, "two policy exchanges of every replica")
+
+
+def test_with_a_key_set_requests_without_it_get_401_and_reach_no_engine(
+    app: App, api_key: str
+) -> None:
+    """No key, a wrong key or another scheme: 401 with an OpenAI-style error on every
+    OpenAI route (``/v1/models`` too); no engine takes a step for them. With the key the
+    same requests are served."""
+    comp = {"model": MODEL_ID, "prompt": PROMPTS[0], "max_tokens": 8}
+    chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    refused = [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": f"Basic {api_key}"}]
+    steps_before = _engine_steps()
+    for headers in refused:
+        for status, body in [
+            post(f"{app.url}/v1/completions", comp, headers=headers),
+            post(f"{app.url}/v1/chat/completions", chat, headers=headers),
+            get(f"{app.url}/v1/models", headers=headers),
+            get(f"{app.url}/v1/models/{MODEL_ID}", headers=headers),
+        ]:
+            assert status == 401, (headers, status, body)
+            assert body["error"]["code"] == 401, body
+            assert body["error"]["type"] == "AuthenticationError" and body["error"]["message"]
+    assert _engine_steps() == steps_before
+
+    key = {"Authorization": f"Bearer {api_key}"}
+    status, models = get(f"{app.url}/v1/models", headers=key)
+    assert status == 200 and {m["id"] for m in models["data"]} == {MODEL_ID, SECOND_MODEL_ID}
+    status, body = post(f"{app.url}/v1/completions", comp, headers=key)
+    assert status == 200 and body["usage"]["completion_tokens"] == 8, body
+    assert _engine_steps() > steps_before
+
+
+def test_with_a_key_set_health_and_metrics_need_none(app: App) -> None:
+    """Probes and Prometheus scrape without the key: Serve's health and routes, Ray's
+    metrics port."""
+    status, text = get(f"{app.url}/-/healthz", headers={})
+    assert status == 200, text
+    status, routes = get(f"{app.url}/-/routes", headers={})
+    assert status == 200 and routes.get("/") == APP, routes
+    status, metrics = get(f"{app.metrics_url}/metrics", headers={})
+    assert status == 200 and "ray_nightjar_kv_blocks" in metrics
 
 
 def _scrape(app: App) -> list[Any]:
@@ -366,7 +445,9 @@ def test_soak_sampler_reads_the_real_servers_memory_and_kv_blocks(app: App) -> N
 
     sampler = metrics_sampler(f"{app.metrics_url}/metrics")
     reqs = [RequestSpec(i, 0.5 * i, 40, 16, tuple(range(20 + i, 60 + i))) for i in range(16)]
-    samples, before, _, run = run_soak(app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0)
+    samples, before, _, run = run_soak(
+        app.url, MODEL_ID, reqs, sampler, 2.0, settle_s=0.0, headers=client_headers(None)
+    )
     assert all(r.ok for r in run.records) and len(run.records) == 16
     assert len(samples) >= 3
     assert all(v > 50 * 2**20 for v in samples[-1].rss_bytes.values()), samples[-1].rss_bytes
@@ -478,7 +559,7 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
 
     assert len(faults.llm_replicas(APP, MODEL_ID)) == 2
     prompts = [tuple(range(20 + i, 40 + i)) for i in range(3)]
-    references = reference_texts(app.url, MODEL_ID, prompts, 16)
+    references = reference_texts(app.url, MODEL_ID, prompts, 16, client_headers(None))
     requests = chaos_requests(prompts, 3.0, 20.0, 16, seed=0)
     killed: dict[str, str] = {}
 
@@ -489,7 +570,16 @@ def test_killing_one_of_two_replicas_under_load(app: App, scale_up: ScaleUp) -> 
         return "name" in killed and faults.replicas_replaced(APP, killed["name"], 2, MODEL_ID)
 
     report, run = run_chaos(
-        "replica-kill", app.url, MODEL_ID, requests, references, fault, recovered, 6.0, 420.0
+        "replica-kill",
+        app.url,
+        MODEL_ID,
+        requests,
+        references,
+        fault,
+        recovered,
+        6.0,
+        420.0,
+        headers=client_headers(None),
     )
     assert report.recovery_s is not None and recovered(), report
     assert report.num_compared > 0 and report.num_mismatched == 0, report
@@ -550,7 +640,7 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     prompt = tuple(range(20, 40))
     specs = [RequestSpec(i, 0.2 * i, 20, 12, prompt) for i in range(6)]
     specs.append(RequestSpec(6, 0.5, 300, 12, tuple(range(20, 320))))  # over max_model_len: 400
-    result = asyncio.run(run_open_loop(app.url, MODEL_ID, specs))
+    result = asyncio.run(run_open_loop(app.url, MODEL_ID, specs, headers=client_headers(None)))
     records = {r.req_id: r for r in result.records}
     assert len(records) == 7 and records[6].status == "http_400" and records[6].error
     ok = [records[i] for i in range(6)]
