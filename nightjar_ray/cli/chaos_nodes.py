@@ -43,14 +43,11 @@ def app_with_ingress_on_head(app_args: dict[str, Any]) -> Any:
     NOTE: Serve spreads the ingress over the nodes; on a worker it would take a CPU a
     replica needs there, and the node loss would take the ingress with the replica.
     """
-    from ray.serve.llm import build_openai_app
-
-    from nightjar_ray.serve.config import parse_app_config
+    from nightjar_ray.serve.builder import build_app
     from nightjar_ray.serve.policy_actor import HEAD_NODE_RESOURCE
 
     ingress = {"ray_actor_options": {"resources": {HEAD_NODE_RESOURCE: 0.001}}}
-    llm_config = parse_app_config(app_args).llm_config
-    return build_openai_app({"llm_configs": [llm_config], "ingress_deployment_config": ingress})
+    return build_app({"llm_configs": [app_args], "ingress_deployment_config": ingress})
 
 
 def node_fault(

@@ -662,12 +662,17 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
 
 
 def test_bench_serve_compares_endpoints_already_running(app: App, tmp_path: Path) -> None:
-    """`nightjar-ray bench-serve --endpoint` against the running app: the served model
-    asked of /v1/models, paired rounds on both names (the app twice: an A/A pair)."""
+    """`nightjar-ray bench-serve --endpoint` against the running app: the app serves two
+    models, so /v1/models alone cannot name one and the command says so; named, paired
+    rounds run on both names (the app twice: an A/A pair)."""
     from nightjar_ray.cli.main import main
 
     out = tmp_path / "bench"
-    argv = ["bench-serve", "--endpoint", f"off={app.url}", "--endpoint", f"off-aa={app.url}",
+    ambiguous = ["bench-serve", "--endpoint", f"off={app.url}", "--endpoint",
+                 f"off-aa={app.url},{MODEL_ID}", "--out", str(out)]  # fmt: skip
+    assert main(ambiguous) == 2
+    argv = ["bench-serve", "--endpoint", f"off={app.url},{MODEL_ID}",
+            "--endpoint", f"off-aa={app.url},{MODEL_ID}",
             "--header", "X-Bench: 1", "--capacity-rps", "5", "--rounds", "1",
             "--duration-s", "4", "--scenarios", "low", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
