@@ -243,3 +243,15 @@ def test_a_bad_header_or_an_unreachable_endpoint_is_one_line(tmp_path: Path) -> 
         main(["loadgen", "--header", "oops", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match=r"loadgen: GET http://127\.0\.0\.1:9/v1/models"):
         main(["loadgen", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)])
+
+
+def test_the_demo_table_shows_the_phase_s_acceptance_and_tokens_per_step() -> None:
+    from nightjar_ray.cli.demo_report import PhaseEngineStats, PhaseReport
+    from nightjar_ray.cli.load import PhaseResult
+
+    engine = PhaseEngineStats((1, 3), 0, 0.0, 1, 1)
+    counts = parse_counts(VLLM_TEXT, "m")  # 75% accepted; 200 / (200 - 90) tokens per step
+    assert PhaseReport(PhaseResult("low", 1), engine, counts).acceptance() == "75%/1.82"
+    idle = SpecDecodeCounts(num_generation_tokens=10.0, found=True)
+    assert PhaseReport(PhaseResult("high", 8), engine, idle).acceptance() == "-/1.00"
+    assert PhaseReport(PhaseResult("low", 1), engine, None).acceptance() == "-/-"

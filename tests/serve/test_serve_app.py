@@ -494,3 +494,61 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     lines = (out / "records.jsonl").read_text().splitlines()
     assert saved["failed"] == 0 and saved["completed"] == len(lines) > 0
     assert (out / "throughput.png").stat().st_size > 0 and (out / "latency_cdf.png").exists()
+
+
+def _vllm_value(samples: list[Any], name: str) -> float:
+    """The sum of vLLM's exported series ``name`` for the app's model."""
+    return sum(
+        s.value
+        for s in samples
+        if s.name == f"ray_vllm_{name}" and s.labels.get("model_name") == MODEL_ID
+    )
+
+
+def test_load_generator_on_generated_text_reports_the_servers_acceptance(
+    app: App, tmp_path: Path
+) -> None:
+    """`loadgen --dataset FILE --tokenizer generated:tiny` with the metrics port: prompts
+    are generated text cut to length with the pair's tokenizer, and the summary's
+    acceptance figures are vLLM's counters over the run, scraped here before and after;
+    the server generated exactly the run's tokens in between."""
+    from nightjar_ray.cli.main import main
+    from nightjar_ray.loadgen.counters import parse_counts, spec_decode_figures
+    from nightjar_ray.loadgen.generated_text import write_generated_dataset
+
+    def counts() -> Any:
+        with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
+            return parse_counts(resp.read().decode(), MODEL_ID)
+
+    # Ray exports on an interval: a probe's tokens shown with nothing running means the
+    # earlier tests' traffic is in the counters before the run starts
+    probe_from = counts().num_generation_tokens
+    assert app.completion(PROMPTS[1], 16, ignore_eos=True)[0] == 200
+
+    def exported() -> bool:
+        samples = _scrape(app)
+        generated = _vllm_value(samples, "generation_tokens_total")
+        return generated >= probe_from + 16 and _vllm_value(samples, "num_requests_running") == 0
+
+    wait_until(exported, 60, 0.5, "the probe's tokens in vLLM's exported counters")
+    dataset = write_generated_dataset(tmp_path / "generated.jsonl", num_conversations=40)
+    out = tmp_path / "run"
+    before = counts()
+    args = ["loadgen", "--url", app.url, "--model", MODEL_ID, "--dataset", str(dataset),
+            "--tokenizer", "generated:tiny", "--rate", "2", "--duration-s", "6",
+            "--input-len", "16:64", "--output-len", "16:32", "--metrics-url", app.metrics_url,
+            "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    figures = spec_decode_figures(counts().minus(before))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == 0 and summary["completed"] > 0
+    assert summary["server_generation_tokens"] == summary["total_output_tokens"]
+    for key in ("spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+                "spec_decode_tokens_per_step", "spec_decode_num_drafts",
+                "spec_decode_draft_tokens", "spec_decode_accepted_tokens"):  # fmt: skip
+        assert summary[key] == pytest.approx(figures[key]), key
+    assert summary["spec_decode_num_drafts"] > 0
+    assert summary["spec_decode_tokens_per_step"] > 1.0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert all(16 <= r["num_prompt_tokens"] <= 64 for r in records)
+    print(f"acceptance on generated text: {summary['spec_decode_acceptance_rate']:.1f}%")
