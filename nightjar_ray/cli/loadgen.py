@@ -272,17 +272,24 @@ async def served_model(args: argparse.Namespace, headers: dict[str, str]) -> str
 
 
 async def _counts(
-    metrics_url: str, model: str, before: SpecDecodeCounts | None = None, **after: Any
+    metrics_url: str,
+    model: str,
+    before: SpecDecodeCounts | None = None,
+    num_generated_tokens: int = 0,
+    timeout_s: float = 0.0,
 ) -> SpecDecodeCounts | None:
     """One scrape (``before`` None), or the run's counts (after minus ``before``, waiting
-    as :func:`counts_after_run`); None, with a note, when the endpoint has none."""
+    up to ``timeout_s`` for ``num_generated_tokens``: :func:`counts_after_run`); None,
+    with a note, when the endpoint has none."""
     # NOTE: no request headers: the API key is the endpoint's, not the metrics port's.
     async with open_session(30.0) as session:
         try:
             if before is None:
                 counts = await fetch_counts(session, metrics_url, model)
             else:
-                counts = await counts_after_run(session, metrics_url, model, before, **after)
+                counts = await counts_after_run(
+                    session, metrics_url, model, before, num_generated_tokens, timeout_s
+                )
                 counts = counts.minus(before)
         except ValueError as e:
             print(f"loadgen: no spec-decode figures: {e}", file=sys.stderr)
@@ -341,8 +348,7 @@ def run(args: argparse.Namespace) -> int:
     counts = None
     if before is not None:
         tokens = sum(r.num_output_tokens for r in result.records)
-        wait = {"num_generated_tokens": tokens, "timeout_s": args.metrics_wait_s}
-        counts = asyncio.run(_counts(metrics_url, model, before, **wait))
+        counts = asyncio.run(_counts(metrics_url, model, before, tokens, args.metrics_wait_s))
     if counts is not None:
         _check_window(result, counts)
     summary = summarize(result, parse_slos(args.goodput), counts)
