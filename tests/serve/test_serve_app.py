@@ -548,7 +548,7 @@ def test_load_generator_on_generated_text_reports_the_servers_acceptance(
                 "spec_decode_draft_tokens", "spec_decode_accepted_tokens"):  # fmt: skip
         assert summary[key] == pytest.approx(figures[key]), key
     assert summary["spec_decode_num_drafts"] > 0
+    assert summary["spec_decode_acceptance_rate"] > 30  # the pair's draft agrees (72% seen)
     assert summary["spec_decode_tokens_per_step"] > 1.0
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert all(16 <= r["num_prompt_tokens"] <= 64 for r in records)
-    print(f"acceptance on generated text: {summary['spec_decode_acceptance_rate']:.1f}%")
