@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -496,6 +497,13 @@ def test_open_loop_load_generator_records_every_request(app: App, tmp_path: Path
     assert (out / "throughput.png").stat().st_size > 0 and (out / "latency_cdf.png").exists()
 
 
+SETTLE_COUNTERS = (
+    "generation_tokens_total",
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_accepted_tokens_total",
+)
+
+
 def _vllm_value(samples: list[Any], name: str) -> float:
     """The sum of vLLM's exported series ``name`` for the app's model."""
     return sum(
@@ -512,6 +520,8 @@ def test_load_generator_on_generated_text_reports_the_servers_acceptance(
     are generated text cut to length with the pair's tokenizer, and the summary's
     acceptance figures are vLLM's counters over the run, scraped here before and after;
     the server generated exactly the run's tokens in between."""
+    import ray
+
     from nightjar_ray.cli.main import main
     from nightjar_ray.loadgen.counters import parse_counts, spec_decode_figures
     from nightjar_ray.loadgen.generated_text import write_generated_dataset
@@ -520,17 +530,20 @@ def test_load_generator_on_generated_text_reports_the_servers_acceptance(
         with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
             return parse_counts(resp.read().decode(), MODEL_ID)
 
-    # Ray exports on an interval: a probe's tokens shown with nothing running means the
-    # earlier tests' traffic is in the counters before the run starts
-    probe_from = counts().num_generation_tokens
-    assert app.completion(PROMPTS[1], 16, ignore_eos=True)[0] == 200
+    # Each process pushes its metrics to Ray every export interval: counters that stayed
+    # the same for longer than that, with nothing running, hold all earlier traffic
+    interval_s = max(ray._config.metrics_report_interval_ms(), 1000) / 1000
+    seen: dict[str, Any] = {"counts": None, "since": 0.0}
 
-    def exported() -> bool:
-        samples = _scrape(app)
-        generated = _vllm_value(samples, "generation_tokens_total")
-        return generated >= probe_from + 16 and _vllm_value(samples, "num_requests_running") == 0
+    def settled() -> bool:
+        samples, now = _scrape(app), time.monotonic()
+        values = [_vllm_value(samples, n) for n in SETTLE_COUNTERS]
+        if values != seen["counts"]:
+            seen.update(counts=values, since=now)
+        running = _vllm_value(samples, "num_requests_running")
+        return running == 0 and now - seen["since"] > interval_s + 2.0
 
-    wait_until(exported, 60, 0.5, "the probe's tokens in vLLM's exported counters")
+    wait_until(settled, 120, 0.5, "vLLM's exported counters to hold the earlier traffic")
     dataset = write_generated_dataset(tmp_path / "generated.jsonl", num_conversations=40)
     out = tmp_path / "run"
     before = counts()
