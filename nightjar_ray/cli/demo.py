@@ -2,10 +2,13 @@
 
 Starts a local Ray cluster, generates the embedded default model pair (cached),
 deploys the Nightjar Serve app (the same config as ``deploy/cpu-demo.yaml``),
-drives a low -> high -> low streaming load through the OpenAI endpoint and
-prints, per phase: throughput, TTFT/TPOT, the gamma distribution and draft
-residency (from the replicas' reports to the policy actor). Then it keeps
-serving until interrupted, or exits with ``--exit-after-report``.
+drives a low -> high -> low streaming load through the OpenAI endpoint (prompts
+from the generated text dataset, :mod:`nightjar_ray.loadgen.generated_text`, cut to
+16-96 tokens with the pair's tokenizer) and prints, per phase: throughput, TTFT/TPOT,
+the draft's acceptance rate and tokens per step (vLLM's counters on Ray's metrics
+port), the gamma distribution and draft residency (from the replicas' reports to the
+policy actor). Then it keeps serving until interrupted, or exits with
+``--exit-after-report``.
 """
 
 from __future__ import annotations
@@ -19,14 +22,20 @@ import threading
 import time
 from typing import Any
 
-from nightjar_ray.cli.demo_report import ReplicaReports, print_report
+from nightjar_ray.cli.demo_report import PhaseReport, ReplicaReports, print_report
 from nightjar_ray.cli.load import PhaseResult, run_phase
+from nightjar_ray.loadgen.counters import SpecDecodeCounts
+from nightjar_ray.loadgen.dataset import PromptSource
 from nightjar_ray.workload import RequestRecord
 
 APP_NAME = "nightjar"
 METRICS_REPORT_INTERVAL_MS = 2000
 """Ray exports metrics every 10 s by default; the local demo refreshes its dashboards faster."""
 MODEL_ID = "nightjar-demo"
+PROMPT_TOKENS = (16, 96)
+"""Prompt lengths in tokens, uniform (dataset text cut to length)."""
+METRICS_WAIT_S = 30.0
+"""How long a phase's end waits for Ray to export vLLM's counters of the phase."""
 
 
 def register(subparsers: Any) -> None:
@@ -37,24 +46,24 @@ def register(subparsers: Any) -> None:
         "--pair",
         choices=("default", "tiny"),
         default="default",
-        help="Generated model pair to serve.",
+        help="Generated model pair to serve (tiny: seconds to start, for a quick look).",
     )
-    parser.add_argument("--replicas", type=int, default=1, help="Serve replicas of the app.")
+    parser.add_argument("--replicas", type=int, default=1, help="Serve replicas of the model.")
     parser.add_argument(
-        "--phase-seconds", type=float, default=30.0, help="Length of each load phase."
-    )
-    parser.add_argument(
-        "--low-concurrency", type=int, default=1, help="Concurrent requests in the low phases."
+        "--phase-seconds", type=float, default=30.0, help="Length of each load phase (s)."
     )
     parser.add_argument(
-        "--high-concurrency", type=int, default=16, help="Concurrent requests in the high phase."
+        "--low-concurrency", type=int, default=1, help="Requests in flight in the low phases."
+    )
+    parser.add_argument(
+        "--high-concurrency", type=int, default=16, help="Requests in flight in the high phase."
     )
     parser.add_argument("--max-tokens", type=int, default=64, help="Output tokens per request.")
     parser.add_argument(
-        "--http-port", type=int, default=8000, help="Port of the local Serve HTTP proxy."
+        "--http-port", type=int, default=8000, help="Port of the OpenAI endpoint (Serve HTTP)."
     )
     parser.add_argument(
-        "--metrics-port", type=int, default=8080, help="Port Ray exports metrics on."
+        "--metrics-port", type=int, default=8080, help="Port of Ray's Prometheus metrics export."
     )
     parser.add_argument(
         "--exit-after-report", action="store_true", help="Shut down after the report."
@@ -175,7 +184,7 @@ class Progress:
 
 
 async def _phase_with_progress(
-    args: argparse.Namespace, phase: PhaseResult, seed: int
+    args: argparse.Namespace, phase: PhaseResult, seed: int, source: PromptSource
 ) -> PhaseResult:
     progress = Progress(phase, args.phase_seconds)
 
@@ -188,7 +197,14 @@ async def _phase_with_progress(
     url = f"http://127.0.0.1:{args.http_port}"
     try:
         await run_phase(
-            url, MODEL_ID, phase, args.phase_seconds, args.max_tokens, progress.on_record, seed
+            url,
+            MODEL_ID,
+            phase,
+            args.phase_seconds,
+            args.max_tokens,
+            progress.on_record,
+            seed,
+            lambda rng: source.prompt(rng.randint(*PROMPT_TOKENS), rng),
         )
     finally:
         task.cancel()
@@ -198,19 +214,61 @@ async def _phase_with_progress(
     return phase
 
 
-def _drive(args: argparse.Namespace, reports: ReplicaReports) -> list[tuple[PhaseResult, Any]]:
+def demo_prompts(pair: str) -> PromptSource:
+    """The generated text dataset (written to the cache once), tokenized with the pair's
+    tokenizer."""
+    from nightjar_ray.loadgen.dataset import TextPrompts, load_tokenizer, read_dataset
+    from nightjar_ray.loadgen.generated_text import write_generated_dataset
+    from nightjar_ray.serve.config import cache_dir, resolve_generated
+
+    path = cache_dir() / "datasets" / "generated.jsonl"
+    if not path.is_file():
+        write_generated_dataset(path)
+    tokenizer = load_tokenizer(resolve_generated(f"generated:{pair}"))
+    return TextPrompts(read_dataset(path), tokenizer)
+
+
+def _spec_decode(
+    metrics_url: str, before: SpecDecodeCounts | None, phase: PhaseResult
+) -> tuple[SpecDecodeCounts | None, SpecDecodeCounts | None]:
+    """(the counters now, the phase's counts); None where the port had none."""
+    from nightjar_ray.loadgen.client import open_session
+    from nightjar_ray.loadgen.counters import counts_after_run, fetch_counts
+
+    async def scrape() -> SpecDecodeCounts:
+        async with open_session(30.0) as session:
+            if before is None:
+                return await fetch_counts(session, metrics_url, MODEL_ID)
+            tokens = sum(r.num_output_tokens for r in phase.records)
+            return await counts_after_run(
+                session, metrics_url, MODEL_ID, before, tokens, METRICS_WAIT_S
+            )
+
+    try:
+        now = asyncio.run(scrape())
+    except ValueError:
+        return None, None
+    return now, (None if before is None or not now.found else now.minus(before))
+
+
+def _drive(args: argparse.Namespace, reports: ReplicaReports) -> list[PhaseReport]:
     plan = (
         ("low", args.low_concurrency),
         ("high", args.high_concurrency),
         ("low", args.low_concurrency),
     )
+    source = demo_prompts(args.pair)
+    metrics_url = f"http://127.0.0.1:{args.metrics_port}/metrics"
     _say(f"[4/4] Driving load: low -> high -> low, {args.phase_seconds:.0f} s each")
     results = []
     before = reports.wait_fresh(time.time())
+    counts, _ = _spec_decode(metrics_url, None, PhaseResult("", 0))
     for i, (name, concurrency) in enumerate(plan):
-        phase = asyncio.run(_phase_with_progress(args, PhaseResult(name, concurrency), i))
+        phase = PhaseResult(name, concurrency)
+        asyncio.run(_phase_with_progress(args, phase, i, source))
         after = reports.wait_fresh(time.time())
-        results.append((phase, reports.delta(before, after)))
+        counts, delta = _spec_decode(metrics_url, counts, phase)
+        results.append(PhaseReport(phase, reports.delta(before, after), delta))
         before = after
     return results
 
@@ -239,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         reports = ReplicaReports.connect(args.replicas)
         results = _drive(args, reports)
         print_report(results)
-        failed = sum(phase.num_failed for phase, _ in results)
+        failed = sum(r.phase.num_failed for r in results)
         if not args.exit_after_report:
             _serve_forever(args)
         return 1 if failed else 0

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nightjar_ray.loadgen.client import completions_url, open_session, send
-from nightjar_ray.workload import RequestRecord, RequestSpec
+from nightjar_ray.workload import Prompt, RequestRecord, RequestSpec
 
 PROMPT_WORDS = ("def", "return", "value", "parser", "string", "import", "class", "self", "args")
 
@@ -64,6 +64,11 @@ def make_prompt(rng: random.Random, num_words: int) -> str:
     return " ".join(rng.choice(PROMPT_WORDS) for _ in range(num_words))
 
 
+def word_prompt(rng: random.Random) -> str:
+    """8 to 48 words of :data:`PROMPT_WORDS` (the prompts when none are given)."""
+    return make_prompt(rng, rng.randint(8, 48))
+
+
 async def run_phase(
     base_url: str,
     model: str,
@@ -72,8 +77,10 @@ async def run_phase(
     max_tokens: int,
     on_record: Callable[[RequestRecord], None],
     seed: int = 0,
+    prompts: Callable[[random.Random], Prompt] = word_prompt,
 ) -> PhaseResult:
-    """Closed loop: ``phase.concurrency`` workers until ``seconds`` have passed."""
+    """Closed loop: ``phase.concurrency`` workers until ``seconds`` have passed, each
+    request's prompt from ``prompts`` (seeded per worker)."""
     deadline = time.perf_counter() + seconds
     start = time.perf_counter()
     url, req_ids = completions_url(base_url), itertools.count()
@@ -82,10 +89,11 @@ async def run_phase(
         async def worker(i: int) -> None:
             rng = random.Random(seed * 1000 + i)
             while time.perf_counter() < deadline:
-                prompt = make_prompt(rng, rng.randint(8, 48))
+                prompt = prompts(rng)
                 # NOTE: a text prompt's token count is the server's (the record has it).
+                num_tokens = len(prompt) if isinstance(prompt, tuple) else 0
                 spec = RequestSpec(
-                    next(req_ids), time.perf_counter() - start, 0, max_tokens, prompt
+                    next(req_ids), time.perf_counter() - start, num_tokens, max_tokens, prompt
                 )
                 record = await send(session, url, model, spec, start)
                 phase.records.append(record)

@@ -30,7 +30,7 @@ DISTRIBUTION = "nightjar-ray"
 EXTRA_BY_MODULE = {
     "vllm": "cpu] or [gpu",
     "torch": "cpu] or [gpu",
-    "transformers": "cpu] or [gpu",
+    "transformers": "loadgen",
     "grafana_client": "ops",
 }
 """Top-level modules an extra provides, and the extra a command that needs one asks for."""

@@ -24,6 +24,7 @@ import aiohttp
 from nightjar_ray.workload import RequestRecord, RequestSpec
 
 COMPLETIONS_PATH = "/v1/completions"
+MODELS_PATH = "/v1/models"
 READ_BUFFER_BYTES = 2**20
 """Longest line of the event stream that is read whole (vLLM's chunks are a few hundred
 bytes)."""
@@ -80,6 +81,22 @@ def open_session(
 def completions_url(base_url: str) -> str:
     """The completions endpoint under ``base_url`` (which may carry a route prefix)."""
     return base_url.rstrip("/") + COMPLETIONS_PATH
+
+
+async def served_models(session: aiohttp.ClientSession, base_url: str) -> list[str]:
+    """The model IDs ``base_url/v1/models`` lists; ``ValueError`` saying what failed."""
+    url = base_url.rstrip("/") + MODELS_PATH
+    try:
+        async with session.get(url) as resp:
+            body = await resp.text()
+            if resp.status != 200:
+                raise ValueError(f"GET {url}: HTTP {resp.status}: {body[:200]}")
+            models = json.loads(body)["data"]
+            return [str(m["id"]) for m in models]
+    except (TimeoutError, aiohttp.ClientError) as e:
+        raise ValueError(f"GET {url}: {e!r}") from None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"GET {url}: not an OpenAI model list: {body[:200]}") from None
 
 
 def _body(model: str, spec: RequestSpec, extra: dict[str, Any]) -> dict[str, Any]:

@@ -4,29 +4,35 @@ Throughputs divide by the run's duration (first send to last response). Latency 
 are over successful requests: ``ttft``, ``tpot`` (per request, after the first token),
 ``itl`` (every inter-chunk gap), ``e2el``; each with ``mean_``, ``median_``, ``std_``,
 ``p90_`` and ``p99_`` in milliseconds. ``request_goodput`` counts requests meeting every
-SLO given (``ttft:500,tpot:100`` in ms, as ``vllm bench serve --goodput``). Failed requests
-are counted in ``failed`` and listed by status in ``failures``.
+SLO given (``ttft:500 tpot:100`` in ms, as ``vllm bench serve --goodput``; a request with
+one output token meets any ``tpot``). Failed requests are counted in ``failed`` and listed
+by status in ``failures``. Given the server's speculative-decoding counters over the run,
+the summary adds :func:`nightjar_ray.loadgen.counters.spec_decode_figures`.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from nightjar_ray.loadgen.client import RunResult
+from nightjar_ray.loadgen.counters import SpecDecodeCounts, spec_decode_figures
 from nightjar_ray.workload import RequestRecord
 
 SLO_METRICS = ("ttft", "tpot", "e2el")
 PERCENTILES = (90, 99)
 
 
-def parse_slos(spec: str | None) -> dict[str, float]:
-    """``"ttft:500,tpot:100"`` -> {"ttft": 500.0, "tpot": 100.0} (milliseconds)."""
+def parse_slos(spec: str | Sequence[str] | None) -> dict[str, float]:
+    """``["ttft:500", "tpot:100"]`` (or ``"ttft:500,tpot:100"``) -> {"ttft": 500.0,
+    "tpot": 100.0} (milliseconds)."""
     if not spec:
         return {}
+    items = [spec] if isinstance(spec, str) else list(spec)
     out = {}
-    for part in spec.split(","):
+    for part in (p for item in items for p in item.split(",") if p):
         name, sep, value = part.partition(":")
         if name not in SLO_METRICS or not sep:
             raise ValueError(f"bad SLO {part!r}: use NAME:MS with NAME in {SLO_METRICS}")
@@ -76,8 +82,13 @@ def _meets(record: RequestRecord, slos_ms: dict[str, float]) -> bool:
     return all((values[k] or 0.0) * 1e3 <= limit for k, limit in slos_ms.items())
 
 
-def summarize(run: RunResult, slos_ms: dict[str, float] | None = None) -> dict[str, Any]:
-    """The summary dictionary (module docstring)."""
+def summarize(
+    run: RunResult,
+    slos_ms: dict[str, float] | None = None,
+    spec_decode: SpecDecodeCounts | None = None,
+) -> dict[str, Any]:
+    """The summary dictionary (module docstring); ``spec_decode``: the server's counters
+    over the run (after minus before)."""
     ok = [r for r in run.records if r.ok]
     duration = max(run.duration_s, 1e-9)
     tokens_in = sum(r.num_prompt_tokens for r in ok)
@@ -98,4 +109,6 @@ def summarize(run: RunResult, slos_ms: dict[str, float] | None = None) -> dict[s
         out["request_goodput"] = sum(_meets(r, slos_ms) for r in ok) / duration
     for name, values in _latencies(ok).items():
         out.update(_stats(name, values))
+    if spec_decode is not None:
+        out.update(spec_decode_figures(spec_decode))
     return out

@@ -1,9 +1,11 @@
 """What each request asks for: arrival time, prompt (token IDs) and output length.
 
-Prompts are token IDs (the OpenAI completions API accepts them), so prompt lengths are
-exact for any model without loading its tokenizer; outputs are forced to their length
-with ``ignore_eos`` (vLLM's extension), as ``vllm bench serve`` does for its random
-dataset. Requests are synthetic (an arrival process, uniform lengths) or a segment of a
+Prompts are token IDs (the OpenAI completions API accepts them) of exactly the requested
+length, from a :class:`~nightjar_ray.loadgen.dataset.PromptSource`: dataset text cut to
+length with the served model's tokenizer, or random IDs (an int ``prompts`` is the
+vocabulary size of :class:`~nightjar_ray.loadgen.dataset.RandomTokens`). Outputs are
+forced to their length with ``ignore_eos`` (vLLM's extension), as ``vllm bench serve``
+does. Requests are synthetic (an arrival process, uniform lengths) or a segment of a
 production trace (read by :func:`nightjar_ray.workload.trace.read_trace`) fitted to this
 machine in three independent ways:
 
@@ -20,11 +22,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from nightjar_ray.loadgen.dataset import PromptSource, RandomTokens
 from nightjar_ray.workload import RequestSpec
 from nightjar_ray.workload.arrivals import ArrivalProcess
-
-FIRST_TOKEN_ID = 10
-"""Token IDs are drawn from ``[FIRST_TOKEN_ID, vocab_size)`` (skips special tokens)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class TraceScaling:
             raise ValueError(f"trace offset_s must be >= 0, got {self.offset_s}")
 
 
-def _prompt(rng: random.Random, num_tokens: int, vocab_size: int) -> tuple[int, ...]:
-    return tuple(rng.randrange(FIRST_TOKEN_ID, vocab_size) for _ in range(num_tokens))
+def _source(prompts: PromptSource | int) -> PromptSource:
+    return RandomTokens(prompts) if isinstance(prompts, int) else prompts
 
 
 def synthetic_requests(
@@ -73,13 +73,14 @@ def synthetic_requests(
     duration_s: float,
     prompt_len: LengthRange,
     output_len: LengthRange,
-    vocab_size: int,
+    prompts: PromptSource | int,
     rng: random.Random,
 ) -> list[RequestSpec]:
-    """Arrivals from ``arrivals``; lengths uniform in their ranges."""
-    out = []
+    """Arrivals from ``arrivals``; lengths uniform in their ranges; prompts from
+    ``prompts`` (module docstring)."""
+    source, out = _source(prompts), []
     for i, t in enumerate(arrivals.times(duration_s, rng)):
-        prompt = _prompt(rng, prompt_len.draw(rng), vocab_size)
+        prompt = source.prompt(prompt_len.draw(rng), rng)
         out.append(RequestSpec(i, t, len(prompt), output_len.draw(rng), prompt))
     return out
 
@@ -111,7 +112,9 @@ def _clamp(value: float, upper: int) -> int:
 
 
 def trace_requests(
-    segment: Sequence[RequestSpec], vocab_size: int, rng: random.Random
+    segment: Sequence[RequestSpec], prompts: PromptSource | int, rng: random.Random
 ) -> list[RequestSpec]:
-    """A scaled trace segment (:func:`scale_segment`) with a prompt drawn for each request."""
-    return [replace(r, prompt=_prompt(rng, r.num_prompt_tokens, vocab_size)) for r in segment]
+    """A scaled trace segment (:func:`scale_segment`) with a prompt drawn for each request
+    from ``prompts`` (module docstring)."""
+    source = _source(prompts)
+    return [replace(r, prompt=source.prompt(r.num_prompt_tokens, rng)) for r in segment]

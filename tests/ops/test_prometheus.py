@@ -85,6 +85,9 @@ def test_main_job_reports_all_three_phases(main_job: MainJobRun) -> None:
         requests, failed, tokens_per_s = int(row[2]), int(row[3]), float(row[4])
         assert requests > 0 and failed == 0 and tokens_per_s > 0
         assert "1/1" in row and any(re.fullmatch(r"\d:\d+%", cell) for cell in row)
+    # acceptance rate / tokens per step from vLLM's counters (no rate: nothing drafted)
+    acceptance = [next(c for c in r if re.fullmatch(r"(\d+%|-)/\d\.\d\d", c)) for r in rows]
+    assert acceptance[0][0].isdigit(), acceptance  # the low phase speculates
     assert int(rows[1][1]) == 6  # the high phase ran at the requested concurrency
     for step in ("[1/4]", "[2/4]", "[3/4]", "[4/4]"):
         assert step in out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -682,3 +683,73 @@ def test_bench_serve_compares_endpoints_already_running(app: App, tmp_path: Path
     assert set(runs) == {"off", "off-aa"}
     assert runs["off"][0]["completed"] == runs["off-aa"][0]["completed"] > 0
     assert runs["off"][0]["failed"] == runs["off-aa"][0]["failed"] == 0
+
+
+SETTLE_COUNTERS = (
+    "generation_tokens_total",
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_accepted_tokens_total",
+)
+
+
+def _vllm_value(samples: list[Any], name: str) -> float:
+    """The sum of vLLM's exported series ``name`` for the app's model."""
+    return sum(
+        s.value
+        for s in samples
+        if s.name == f"ray_vllm_{name}" and s.labels.get("model_name") == MODEL_ID
+    )
+
+
+def test_load_generator_on_generated_text_reports_the_servers_acceptance(
+    app: App, tmp_path: Path
+) -> None:
+    """`loadgen --dataset FILE --tokenizer generated:tiny` with the metrics port: prompts
+    are generated text cut to length with the pair's tokenizer, and the summary's
+    acceptance figures are vLLM's counters over the run, scraped here before and after;
+    the server generated exactly the run's tokens in between."""
+    import ray
+
+    from nightjar_ray.cli.main import main
+    from nightjar_ray.loadgen.counters import parse_counts, spec_decode_figures
+    from nightjar_ray.loadgen.generated_text import write_generated_dataset
+
+    def counts() -> Any:
+        with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
+            return parse_counts(resp.read().decode(), MODEL_ID)
+
+    # Each process pushes its metrics to Ray every export interval: counters that stayed
+    # the same for longer than that, with nothing running, hold all earlier traffic
+    interval_s = max(ray._config.metrics_report_interval_ms(), 1000) / 1000
+    seen: dict[str, Any] = {"counts": None, "since": 0.0}
+
+    def settled() -> bool:
+        samples, now = _scrape(app), time.monotonic()
+        values = [_vllm_value(samples, n) for n in SETTLE_COUNTERS]
+        if values != seen["counts"]:
+            seen.update(counts=values, since=now)
+        running = _vllm_value(samples, "num_requests_running")
+        return running == 0 and now - seen["since"] > interval_s + 2.0
+
+    wait_until(settled, 120, 0.5, "vLLM's exported counters to hold the earlier traffic")
+    dataset = write_generated_dataset(tmp_path / "generated.jsonl", num_conversations=40)
+    out = tmp_path / "run"
+    before = counts()
+    args = ["loadgen", "--url", app.url, "--model", MODEL_ID, "--dataset", str(dataset),
+            "--tokenizer", "generated:tiny", "--rate", "2", "--duration-s", "6",
+            "--input-len", "16:64", "--output-len", "16:32", "--metrics-url", app.metrics_url,
+            "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    figures = spec_decode_figures(counts().minus(before))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failed"] == 0 and summary["completed"] > 0
+    assert summary["server_generation_tokens"] == summary["total_output_tokens"]
+    for key in ("spec_decode_acceptance_rate", "spec_decode_acceptance_length",
+                "spec_decode_tokens_per_step", "spec_decode_num_drafts",
+                "spec_decode_draft_tokens", "spec_decode_accepted_tokens"):  # fmt: skip
+        assert summary[key] == pytest.approx(figures[key]), key
+    assert summary["spec_decode_num_drafts"] > 0
+    assert summary["spec_decode_acceptance_rate"] > 30  # the pair's draft agrees (72% seen)
+    assert summary["spec_decode_tokens_per_step"] > 1.0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert all(16 <= r["num_prompt_tokens"] <= 64 for r in records)
