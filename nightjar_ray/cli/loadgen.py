@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.cli.args import UsageError
 from nightjar_ray.loadgen.client import (
     RunResult,
     open_session,
@@ -316,7 +317,7 @@ def _check_window(result: RunResult, counts: SpecDecodeCounts) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> tuple[dict[str, str], str, list[RequestSpec]]:
-    """(headers, model, requests); ``SystemExit`` naming the flag on bad input."""
+    """(headers, model, requests); :class:`UsageError` naming the flag on bad input."""
     try:
         headers = request_headers(args.header, os.environ)
         parse_slos(args.goodput)
@@ -326,7 +327,7 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, str], str, list[Reques
         model = asyncio.run(served_model(args, headers))
         requests = build_requests(args, prompt_source(args, texts, model))
     except ValueError as e:
-        raise SystemExit(f"loadgen: {e}") from None
+        raise UsageError(str(e)) from None
     return headers, model, requests
 
 

@@ -23,6 +23,7 @@ from nightjar_ray.loadgen.counters import (
 )
 from nightjar_ray.loadgen.summary import parse_slos, summarize
 from nightjar_ray.workload import RequestRecord
+from tests.support import cli_error
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
@@ -238,11 +239,13 @@ def _output_lengths(out: Path) -> list[int]:
     return [json.loads(line)["num_output_tokens"] for line in lines]
 
 
-def test_a_bad_header_or_an_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="loadgen: --header 'oops': expected 'Name: value'"):
-        main(["loadgen", "--header", "oops", "--out", str(tmp_path)])
-    with pytest.raises(SystemExit, match=r"loadgen: GET http://127\.0\.0\.1:9/v1/models"):
-        main(["loadgen", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)])
+def test_a_bad_header_or_an_unreachable_endpoint_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = cli_error(["loadgen", "--header", "oops", "--out", str(tmp_path)], capsys)
+    assert line == "nightjar-ray loadgen: error: --header 'oops': expected 'Name: value'"
+    line = cli_error(["loadgen", "--url", "http://127.0.0.1:9", "--out", str(tmp_path)], capsys)
+    assert line.startswith("nightjar-ray loadgen: error: GET http://127.0.0.1:9/v1/models")
 
 
 def test_the_demo_table_shows_the_phase_s_acceptance_and_tokens_per_step() -> None:

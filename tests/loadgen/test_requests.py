@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from nightjar_ray.cli.loadgen import build_requests
-from nightjar_ray.cli.main import build_parser, main
+from nightjar_ray.cli.main import build_parser
 from nightjar_ray.loadgen.workload import TraceScaling, scale_segment, trace_requests
 from nightjar_ray.workload.trace import read_trace
-from tests.support import shared_trace
+from tests.support import cli_error, shared_trace
 
 
 def _csv(path: Path, rows: list[tuple[str, int, int]]) -> Path:
@@ -44,10 +44,12 @@ def test_bad_scaling_is_named() -> None:
         TraceScaling(sample=0.0)
 
 
-def test_a_missing_trace_is_a_clear_exit(tmp_path: Path) -> None:
+def test_a_missing_trace_is_a_clear_exit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "missing.csv"
-    with pytest.raises(SystemExit, match=f"loadgen: --trace: trace file {missing} does not exist"):
-        main(["loadgen", "--trace", str(missing), "--out", str(tmp_path / "out")])
+    line = cli_error(["loadgen", "--trace", str(missing), "--out", str(tmp_path / "out")], capsys)
+    assert line == f"nightjar-ray loadgen: error: --trace: trace file {missing} does not exist"
 
 
 def test_the_real_trace_replays_a_varying_rate() -> None:
