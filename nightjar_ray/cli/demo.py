@@ -24,6 +24,7 @@ from typing import Any
 
 from nightjar_ray.cli.demo_report import PhaseReport, ReplicaReports, print_report
 from nightjar_ray.cli.load import PhaseResult, run_phase
+from nightjar_ray.loadgen.client import API_KEY_ENV, request_headers
 from nightjar_ray.loadgen.counters import SpecDecodeCounts
 from nightjar_ray.loadgen.dataset import PromptSource
 from nightjar_ray.workload import RequestRecord
@@ -205,6 +206,7 @@ async def _phase_with_progress(
             progress.on_record,
             seed,
             lambda rng: source.prompt(rng.randint(*PROMPT_TOKENS), rng),
+            request_headers([], os.environ),
         )
     finally:
         task.cancel()
@@ -279,7 +281,12 @@ def _serve_forever(args: argparse.Namespace) -> None:
         f"\nServing {MODEL_ID!r} at {url}/v1 (OpenAI API); metrics at "
         f"http://127.0.0.1:{args.metrics_port}/metrics. Ctrl-C to stop. Try:\n"
         f"  curl {url}/v1/completions -H 'Content-Type: application/json' \\\n"
-        f'    -d \'{{"model": "{MODEL_ID}", "prompt": "def parse(", "max_tokens": 32}}\''
+        + (
+            f'    -H "Authorization: Bearer ${API_KEY_ENV}" \\\n'
+            if os.environ.get(API_KEY_ENV)
+            else ""
+        )
+        + f'    -d \'{{"model": "{MODEL_ID}", "prompt": "def parse(", "max_tokens": 32}}\''
     )
     try:
         while True:

@@ -14,7 +14,7 @@ import itertools
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from nightjar_ray.loadgen.client import completions_url, open_session, send
@@ -78,13 +78,14 @@ async def run_phase(
     on_record: Callable[[RequestRecord], None],
     seed: int = 0,
     prompts: Callable[[random.Random], Prompt] = word_prompt,
+    headers: Mapping[str, str] | None = None,
 ) -> PhaseResult:
     """Closed loop: ``phase.concurrency`` workers until ``seconds`` have passed, each
-    request's prompt from ``prompts`` (seeded per worker)."""
+    request's prompt from ``prompts`` (seeded per worker), each carrying ``headers``."""
     deadline = time.perf_counter() + seconds
     start = time.perf_counter()
     url, req_ids = completions_url(base_url), itertools.count()
-    async with open_session() as session:
+    async with open_session(headers=headers) as session:
 
         async def worker(i: int) -> None:
             rng = random.Random(seed * 1000 + i)

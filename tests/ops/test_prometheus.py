@@ -4,7 +4,9 @@ alert rule evaluates, the dashboard renders, and the job's own report is complet
 One run for the module: Debian's ``prometheus`` scrapes Ray's metrics port every second
 (with the chart's alert rules loaded) while ``nightjar-ray demo --exit-after-report``
 starts a local Ray cluster, deploys the app on the tiny pair and drives low -> high -> low
-load through the OpenAI endpoint. Queries then run over the window of that run.
+load through the OpenAI endpoint, with an API key required (``NIGHTJAR_API_KEY``: the
+job's own load sends it; Prometheus scrapes Ray's metrics port without it). Queries then
+run over the window of that run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from nightjar_ray.loadgen.client import API_KEY_ENV
 from nightjar_ray.ops.panels import ANNOTATIONS, all_panels, expand
 from nightjar_ray.ops.render import PrometheusClient, Window, render_dashboard
 from nightjar_ray.serve.config import CACHE_ENV
@@ -63,7 +66,7 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MainJobRun]:
     groups = rule["spec"]["groups"]
     with prometheus_server(workdir, [f"127.0.0.1:{metrics_port}"], groups, POD_LABELS) as url:
         start = time.time()
-        env = {**os.environ, CACHE_ENV: str(cache)}
+        env = {**os.environ, CACHE_ENV: str(cache), API_KEY_ENV: "main-job-key"}
         proc = subprocess.run(
             _demo_cmd(metrics_port), capture_output=True, text=True, timeout=900, env=env
         )
