@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TypeVar
 
@@ -63,3 +64,15 @@ def cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     assert code == 2, err
     assert "Traceback" not in err
     return err.strip().splitlines()[-1]
+
+
+def reply(
+    handler: BaseHTTPRequestHandler, body: str, code: int = 200, kind: str = "application/json"
+) -> None:
+    """A test stub's whole HTTP response: status, type, length and ``body``."""
+    data = body.encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 
-from nightjar_ray.loadgen.client import RunResult, open_session, run_open_loop
+from nightjar_ray.loadgen.client import RunResult, open_session, run_open_loop, served_models
 from nightjar_ray.loadgen.summary import summarize
 from nightjar_ray.loadgen.workload import (
     LengthRange,
@@ -239,12 +239,8 @@ def parse_endpoint(value: str) -> Endpoint:
 
 async def served_model(session: aiohttp.ClientSession, url: str) -> str:
     """The one model ``{url}/v1/models`` lists; a ``ValueError`` when it lists none or
-    several (name one then) or does not answer 200."""
-    async with session.get(url + "/v1/models") as resp:
-        if resp.status != 200:
-            text = (await resp.read()).decode(errors="replace")[:200]
-            raise ValueError(f"{url}/v1/models: HTTP {resp.status}: {text}")
-        ids = [str(m["id"]) for m in (await resp.json()).get("data", [])]
+    several (name one then) or does not answer with a model list."""
+    ids = await served_models(session, url)
     if len(ids) != 1:
         raise ValueError(f"{url}/v1/models lists {ids}: name the model as NAME=URL,MODEL")
     return ids[0]
@@ -256,10 +252,7 @@ async def _with_served_models(
     out = []
     async with open_session(30.0, headers) as session:
         for e in endpoints:
-            try:
-                model = e.model or await served_model(session, e.url)
-            except (TimeoutError, aiohttp.ClientError) as err:
-                raise ValueError(f"{e.name}: {e.url} does not answer: {err!r}") from None
+            model = e.model or await served_model(session, e.url)
             out.append(Endpoint(e.name, e.url, model))
     return out
 

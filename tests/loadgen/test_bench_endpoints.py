@@ -17,7 +17,7 @@ import pytest
 from nightjar_ray.cli.main import main
 from nightjar_ray.loadgen.bench import Endpoint, parse_endpoint, with_served_models
 from nightjar_ray.loadgen.client import API_KEY_ENV
-from tests.support import cli_error
+from tests.support import cli_error, free_port, reply
 
 
 class _Server(ThreadingHTTPServer):
@@ -45,12 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record(None)
-        data = json.dumps({"object": "list", "data": [{"id": m} for m in self.server.models]})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data.encode())
+        reply(self, json.dumps({"object": "list", "data": [{"id": m} for m in self.server.models]}))
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -150,3 +145,6 @@ def test_bench_serve_endpoints_need_an_off_and_no_local_contenders(
     argv = ["bench-serve", "--capacity-rps", "1", "--endpoint", f"off={two.url}"]
     assert f"--endpoint {two.url}/v1/models lists ['a', 'b']" in cli_error(argv, capsys)
     assert one.seen == [] and [s["path"] for s in two.seen] == ["/v1/models"]
+    down = f"http://127.0.0.1:{free_port()}"
+    argv = ["bench-serve", "--capacity-rps", "1", "--endpoint", f"off={down}"]
+    assert f"--endpoint GET {down}/v1/models: ClientConnectorError" in cli_error(argv, capsys)

@@ -23,7 +23,7 @@ from nightjar_ray.loadgen.counters import (
 )
 from nightjar_ray.loadgen.summary import parse_slos, summarize
 from nightjar_ray.workload import RequestRecord
-from tests.support import cli_error
+from tests.support import cli_error, reply
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
@@ -183,12 +183,7 @@ class _Server(BaseHTTPRequestHandler):
         self._send(events, "text/event-stream")
 
     def _send(self, text: str, kind: str = "application/json") -> None:
-        data = text.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, text, kind=kind)
 
     def log_message(self, *args: Any) -> None:
         pass

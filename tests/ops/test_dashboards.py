@@ -29,6 +29,7 @@ from nightjar_ray.ops.panels import (
     expand,
 )
 from nightjar_ray.ops.provision import FOLDER_UID, provision
+from tests.support import reply
 
 from .conftest import ROOT, tool
 
@@ -196,12 +197,7 @@ class _GrafanaStub(BaseHTTPRequestHandler):
             code, answer = 200, {"uid": d["uid"], "url": f"/d/{d['uid']}/x", "version": 1}
         else:
             code, answer = 404, {"message": "not found"}
-        data = json.dumps(answer).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        reply(self, json.dumps(answer), code)
 
     def log_message(self, *args: Any) -> None:
         pass
