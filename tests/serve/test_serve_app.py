@@ -343,11 +343,17 @@ def test_metrics_expose_nightjar_series_consistent_with_the_load(app: App) -> No
         list(pool.map(lambda p: app.completion(p, 24), PROMPTS * 2))
 
     def settled() -> tuple[list[Any], dict[str, Any]] | None:
-        """Idle engines: every running replica's counters equal its latest report, and
-        the reports hold the load's steps."""
+        """Idle engines: every running replica's counters equal its latest report, the
+        reports hold the load's steps, and vLLM's spec-decode counters of the model have
+        been exported (each process exports on its own interval)."""
         samples, status = _scrape(app), _status()
         reports = {r: status["replicas"].get(r, {}).get("report") for r in _live_replicas()}
         if not all(reports.values()) or num_steps(status) <= steps_before:
+            return None
+        if not any(
+            s.name.startswith("ray_vllm_spec_decode") and s.labels.get("model_name") == MODEL_ID
+            for s in samples
+        ):
             return None
         for replica, report in reports.items():
             for name, key in EXPORTED_REPORT.items():
