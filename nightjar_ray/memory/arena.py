@@ -36,6 +36,9 @@ from nightjar_ray.memory.kernels import PageLayout
 MAP_NORESERVE = 0x4000
 """Linux's flag (Python's ``mmap`` module does not export it before 3.13)."""
 
+KV_ARENA_DEVICE_TYPES = ("cpu", "cuda")
+"""Device types (``torch.device.type``) with a :class:`KVArena`: elastic memory runs there."""
+
 
 class KVArena(Protocol):
     """One device's KV pages for every layer, reserved for ``num_slot_blocks`` blocks and
