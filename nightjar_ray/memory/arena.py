@@ -12,12 +12,13 @@ used; reserving costs address space, not memory::
                        \__ committed while used __/ \__ committed only while the
                                                       draft is away (expanded) __/
 
-Expansion hands ids ``N_orig .. N_max-1`` to the scheduler after the draft's weights and
-its KV pages were released (``release_blocks``); nothing is copied. Contraction moves live
-blocks below ``N_orig`` (``kernels``) and releases the region's pages before the draft
-returns. On CPU the reservation is an anonymous ``mmap`` with ``MAP_NORESERVE`` and the
-release is ``madvise(MADV_DONTNEED)``; on GPU the same layout maps onto CUDA virtual
-memory (``cuMemAddressReserve`` / ``cuMemMap``, as kvcached does).
+Expansion releases the draft's weights and KV pages (``release_blocks``), commits the
+region (``commit_blocks``) and only then hands ids ``N_orig .. N_max-1`` to the
+scheduler; nothing is copied. Contraction moves live blocks below ``N_orig``
+(``kernels``), releases the region's pages and commits the draft's pages again before
+the draft returns. On CPU the reservation is an anonymous ``mmap`` with
+``MAP_NORESERVE``; on GPU the same layout maps onto CUDA virtual memory
+(``cuda_arena.CUDAKVArena``). ``build_kv_arena`` picks the arena for a device.
 
 NOTE: Linux only (``mmap`` flags, ``madvise``, ``mincore``).
 """
@@ -25,6 +26,7 @@ NOTE: Linux only (``mmap`` flags, ``madvise``, ``mincore``).
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -36,47 +38,96 @@ from nightjar_ray.memory.kernels import PageLayout
 MAP_NORESERVE = 0x4000
 """Linux's flag (Python's ``mmap`` module does not export it before 3.13)."""
 
+MADV_POPULATE_WRITE = 23
+"""Linux >= 5.14: back a range with writable pages without changing their contents."""
+
 KV_ARENA_DEVICE_TYPES = ("cpu", "cuda")
 """Device types (``torch.device.type``) with a :class:`KVArena`: elastic memory runs there."""
 
 
 class KVArena(Protocol):
     """One device's KV pages for every layer, reserved for ``num_slot_blocks`` blocks and
-    backed by memory only where used (module docstring). Block ``b`` of layer ``l`` is
-    ``layer_pages(l)[b]``; a released block reads as zeros once written again."""
+    backed by memory only where committed (module docstring).
+
+    Block ``b`` of layer ``l`` is ``layer_pages(l)[b]``, at byte offset
+    ``layout.layer_offsets_bytes[l] + b * layout.page_bytes[l]`` of ``buffer``. Layers
+    never overlap. Only committed blocks may be read or written on a GPU (elsewhere the
+    address range is unmapped). Committing never changes a committed block's contents;
+    memory newly committed reads as zeros. Memory is committed and released in units of
+    the device's page (OS page, CUDA allocation granularity): ``commit_blocks`` backs every
+    unit a block touches, ``release_blocks`` gives back only units wholly inside the range.
+    """
 
     layout: PageLayout
-    """Per layer: byte offset of its first page and bytes per page."""
+    """Per layer: byte offset of its first page in ``buffer`` and bytes per page."""
     num_slot_blocks: int
     """N_max: blocks reserved per layer (the largest block pool the arena can back)."""
+    device: torch.device
+    """Where the memory is."""
+    buffer: torch.Tensor
+    """The whole reservation as one 1-D int8 tensor on ``device`` (a view, no copy)."""
 
     def layer_pages(self, layer: int) -> torch.Tensor:
         """Layer ``layer``'s pages as ``[num_slot_blocks, page_bytes]`` int8 (a view)."""
 
+    def commit_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
+        """Back blocks ``[start_block, end_block)`` of ``layers`` with memory; returns the
+        bytes newly committed (0 when all were committed already: idempotent)."""
+
     def release_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
-        """Give the memory behind blocks ``[start_block, end_block)`` of ``layers`` back;
-        returns the bytes released."""
+        """Give the memory behind blocks ``[start_block, end_block)`` of ``layers`` back
+        (their contents are lost); returns the bytes released."""
 
     def resident_bytes(self) -> int:
         """Bytes of the reservation backed by memory now."""
 
+    def close(self) -> None:
+        """Free the reservation (idempotent); tensors over ``buffer`` are invalid after."""
+
+
+def arena_layout(
+    page_bytes: Sequence[int], num_slot_blocks: int, align_bytes: int = 1
+) -> tuple[PageLayout, int]:
+    """Layers back to back, each starting at a multiple of ``align_bytes``; the layout
+    and the reservation's bytes."""
+    if num_slot_blocks < 1 or not page_bytes or min(page_bytes) <= 0:
+        raise ValueError("an arena needs >= 1 layer page of > 0 bytes and >= 1 block")
+    offsets, offset = [], 0
+    for page in page_bytes:
+        offsets.append(offset)
+        offset += _round_up(page * num_slot_blocks, align_bytes)
+    return PageLayout(tuple(offsets), tuple(page_bytes)), offset
+
+
+def check_blocks(
+    arena: KVArena, layers: Iterable[int], start_block: int, end_block: int
+) -> list[int]:
+    """``layers`` as a list; ``ValueError`` unless every layer and the block range
+    ``[start_block, end_block)`` lie inside the arena."""
+    if not 0 <= start_block <= end_block <= arena.num_slot_blocks:
+        raise ValueError(
+            f"block range [{start_block}, {end_block}) outside the arena's "
+            f"{arena.num_slot_blocks} blocks"
+        )
+    chosen, num_layers = list(layers), len(arena.layout.page_bytes)
+    for layer in chosen:
+        if not 0 <= layer < num_layers:
+            raise ValueError(f"layer {layer} outside the arena's {num_layers} layers")
+    return chosen
+
 
 class CPUKVArena:
-    """The CPU :class:`KVArena`: an anonymous ``MAP_NORESERVE`` mapping, released with
-    ``madvise(MADV_DONTNEED)``."""
+    """The CPU :class:`KVArena`: an anonymous ``MAP_NORESERVE`` mapping, committed with
+    ``madvise(MADV_POPULATE_WRITE)`` (a no-op before Linux 5.14: pages commit on first
+    write) and released with ``madvise(MADV_DONTNEED)``."""
 
     def __init__(self, page_bytes: Sequence[int], num_slot_blocks: int) -> None:
-        if num_slot_blocks < 1 or not page_bytes or min(page_bytes) <= 0:
-            raise ValueError("an arena needs >= 1 layer page of > 0 bytes and >= 1 block")
-        offsets, offset = [], 0
-        for page in page_bytes:
-            offsets.append(offset)
-            offset += page * num_slot_blocks
-        self.layout = PageLayout(tuple(offsets), tuple(page_bytes))
+        self.layout, self.num_bytes = arena_layout(page_bytes, num_slot_blocks)
         self.num_slot_blocks = num_slot_blocks
-        self.num_bytes = offset
+        self.device = torch.device("cpu")
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE
         self._map = mmap.mmap(-1, self.num_bytes, flags=flags)
+        self._can_populate = True
         self.buffer = torch.frombuffer(self._map, dtype=torch.int8)
         """The whole reservation as one int8 tensor (no page is touched by creating it)."""
 
@@ -89,14 +140,37 @@ class CPUKVArena:
         offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
         return self.buffer[offset : offset + page * self.num_slot_blocks].view(-1, page)
 
+    def commit_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
+        """Populate every OS page the blocks touch (contents unchanged); returns the bytes
+        newly resident (``mincore``, so a page only read before counts as resident)."""
+        committed = 0
+        for layer in check_blocks(self, layers, start_block, end_block):
+            offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
+            lo = _round_down(offset + start_block * page, mmap.PAGESIZE)
+            hi = min(_round_up(offset + end_block * page, mmap.PAGESIZE), self.num_bytes)
+            if hi <= lo:
+                continue
+            before = resident_bytes(self.address + lo, hi - lo)
+            self._populate(lo, hi - lo)
+            committed += resident_bytes(self.address + lo, hi - lo) - before
+        return committed
+
+    def _populate(self, start: int, length: int) -> None:
+        if not self._can_populate:
+            return
+        try:
+            self._map.madvise(MADV_POPULATE_WRITE, start, length)
+        except OSError as error:
+            if error.errno != errno.EINVAL:  # EINVAL: a kernel older than 5.14
+                raise
+            self._can_populate = False
+
     def release_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
         """Give the memory of blocks ``[start_block, end_block)`` of ``layers`` back to the
         OS (their contents read as zeros afterwards); returns the bytes of whole OS pages
         released. Partial OS pages at the edges stay committed."""
-        if not 0 <= start_block <= end_block <= self.num_slot_blocks:
-            raise ValueError(f"block range [{start_block}, {end_block}) outside the arena")
         released = 0
-        for layer in layers:
+        for layer in check_blocks(self, layers, start_block, end_block):
             offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
             lo = _round_up(offset + start_block * page, mmap.PAGESIZE)
             hi = _round_down(offset + end_block * page, mmap.PAGESIZE)
@@ -108,6 +182,26 @@ class CPUKVArena:
     def resident_bytes(self) -> int:
         """Bytes of the reservation backed by memory now (``mincore``)."""
         return resident_bytes(self.address, self.num_bytes)
+
+    def close(self) -> None:
+        """Give every page back; the address range itself goes with the last tensor
+        over ``buffer`` (a mapping with exported views cannot be unmapped)."""
+        self._map.madvise(mmap.MADV_DONTNEED, 0, self.num_bytes)
+
+
+def build_kv_arena(
+    device: torch.device, page_bytes: Sequence[int], num_slot_blocks: int
+) -> KVArena:
+    """The arena for ``device`` (one of :data:`KV_ARENA_DEVICE_TYPES`), nothing committed."""
+    if device.type == "cpu":
+        return CPUKVArena(page_bytes, num_slot_blocks)
+    if device.type == "cuda":
+        from nightjar_ray.memory.cuda_arena import CUDAKVArena
+
+        return CUDAKVArena(device, page_bytes, num_slot_blocks)
+    raise ValueError(
+        f"no KV arena for device type {device.type!r}; arenas exist for {KV_ARENA_DEVICE_TYPES}"
+    )
 
 
 def _round_up(value: int, step: int) -> int:
