@@ -4,7 +4,7 @@ The scheduler sends the moves ``{src: dst}`` of a contraction on the step's
 ``SchedulerOutput`` (the ``MemoryEvent`` of its ``StepMessage``, ``engine/messages.py``).
 Before that step's forward pass, every rank (the same code under the mp and the Ray executor) does::
 
-    1. copy each layer's page src -> dst      (kernels.BLOCK_MOVERS, one call)
+    1. copy each arena layer's page src -> dst (kernels.BLOCK_MOVERS, one call)
     2. rewrite ids in the persistent batch     (InputBatch.block_table, numpy rows)
        and in every cached request's block_ids (rows rebuilt from them later)
 
@@ -18,26 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
+from nightjar_ray.memory.arena import KVArena
 from nightjar_ray.memory.kernels import BlockMover, PageLayout
-
-
-def kv_buffer_layout(kv_caches: list[torch.Tensor]) -> tuple[torch.Tensor, PageLayout]:
-    """The flat int8 buffer behind a runner's per-layer KV views, and each view's pages.
-
-    vLLM allocates one buffer and views it per layer, blocks outermost within a layer
-    (``[num_blocks, ...]``), so block ``b`` of layer ``l`` is the ``b``-th stride-0 slice.
-    """
-    if not kv_caches:
-        raise ValueError("no KV cache tensors")
-    storage = kv_caches[0].untyped_storage()
-    if any(kv.untyped_storage().data_ptr() != storage.data_ptr() for kv in kv_caches):
-        raise ValueError("KV layers do not share one buffer")
-    buffer = torch.empty(0, dtype=torch.int8, device=kv_caches[0].device).set_(storage)
-    offsets = tuple(kv.storage_offset() * kv.element_size() for kv in kv_caches)
-    pages = tuple(kv.stride(0) * kv.element_size() for kv in kv_caches)
-    return buffer, PageLayout(offsets, pages)
 
 
 def remap_block_tables(model_runner: Any, moves: Mapping[int, int]) -> int:
@@ -62,19 +45,19 @@ def remap_block_tables(model_runner: Any, moves: Mapping[int, int]) -> int:
 def apply_block_moves(
     model_runner: Any,
     mover: BlockMover,
+    arena: KVArena,
     moves: Mapping[int, int],
-    kv_indices: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None,
 ) -> int:
     """Steps 1 and 2 of the module docstring on this rank; returns changed table entries.
-    ``kv_indices``: move only these of ``model_runner.kv_caches`` (default: all)."""
+    ``layers``: move only these arena layers (default: all)."""
     if not moves:
         return 0
-    kv_caches = list(model_runner.kv_caches)
-    buffer, layout = kv_buffer_layout(kv_caches)
-    if kv_indices is not None:
+    layout = arena.layout
+    if layers is not None:
         layout = PageLayout(
-            tuple(layout.layer_offsets_bytes[i] for i in kv_indices),
-            tuple(layout.page_bytes[i] for i in kv_indices),
+            tuple(layout.layer_offsets_bytes[i] for i in layers),
+            tuple(layout.page_bytes[i] for i in layers),
         )
-    mover(layout, buffer, moves)
+    mover(layout, arena.buffer, moves)
     return remap_block_tables(model_runner, moves)

@@ -1,54 +1,165 @@
 """Move a worker's KV cache into a :class:`~nightjar_ray.memory.arena.KVArena`.
 
 vLLM allocates the KV cache as one committed buffer. After warm-up (no request holds a
-block yet) the worker re-creates every layer's view over an arena with the same page
-sizes, in the same layer order, and binds the new views to the attention layers and the
-runner; the old buffer is dropped. From then on, pages of blocks the block pool gives back can
-be released to the OS (``KVArena.release_blocks``) and come back, zeroed, when written.
+block yet) the worker re-creates every layer's view over an arena of the device
+(``build_kv_arena``) with the same page sizes, binds the new views to the attention
+layers and the runner, and commits blocks ``[0, N_orig)`` of every arena layer; the old
+buffer is dropped. From then on the arena commits and releases pages as the block pool
+grows and shrinks.
 
-NOTE: only the layout vLLM's CPU backend uses is accepted: per layer a contiguous
-``[num_blocks, ...]`` view, blocks outermost, all views over one buffer.
+A layer's view has one block dimension (``num_blocks`` long). Each block's bytes over the
+dimensions physically inside it form one dense page; dimensions physically outside it
+(K/V in a ``(2, num_blocks, ...)`` view, heads in a head-outer layout) split the view
+into several page arrays, each one arena layer::
+
+    [num_blocks, H, N, C]   (any stride order with blocks outermost)  -> 1 arena layer
+    [2, num_blocks, ...]    (K/V outermost)                            -> 2 arena layers
+
+The new view keeps every stride inside a page; the strides outside step between the
+arena layers (``torch.as_strided``).
+
+NOTE: layouts whose blocks interleave layers (block-outermost, vLLM's ``BL*``) cannot give
+one layer's pages back and are refused; all views must share one buffer.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena import CPUKVArena, KVArena
-
-
-def _check_layout(kv_caches: list[torch.Tensor]) -> int:
-    num_blocks = int(kv_caches[0].shape[0])
-    storage = kv_caches[0].untyped_storage().data_ptr()
-    for kv in kv_caches:
-        if not kv.is_contiguous() or int(kv.shape[0]) != num_blocks:
-            raise ValueError("elastic memory needs contiguous [num_blocks, ...] KV views")
-        if kv.untyped_storage().data_ptr() != storage:
-            raise ValueError("elastic memory needs one KV buffer")
-    return num_blocks
-
+from nightjar_ray.memory.arena import KVArena, build_kv_arena
 
 DRAFT_LAYER_PREFIX = "draft_model."
 """vLLM registers the draft model's attention layers under this prefix."""
 
 
-def kv_layer_order(model_runner: Any) -> tuple[list[int], tuple[int, ...]]:
-    """The runner's KV views in buffer order, and the positions of the draft's layers."""
+@dataclass(frozen=True)
+class ViewPages:
+    """How one KV view splits into arena layers."""
+
+    block_dim: int
+    outer_dims: tuple[int, ...]
+    """Dimensions physically outside the block dimension, outermost first."""
+    num_layers: int
+    """Arena layers: the product of the outer dimensions' sizes."""
+    page_bytes: int
+
+
+@dataclass(frozen=True)
+class KVArenaPlan:
+    """A runner's KV views in buffer order and the arena layers they become."""
+
+    num_blocks: int
+    order: tuple[int, ...]
+    """Indices into ``model_runner.kv_caches``, by storage offset."""
+    views: tuple[ViewPages, ...]
+    """Per entry of ``order``."""
+    first_layers: tuple[int, ...]
+    """Per entry of ``order``: its first arena layer."""
+    page_bytes: tuple[int, ...]
+    """Per arena layer."""
+    draft_layers: tuple[int, ...]
+    """Arena layers of the draft model's views."""
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        draft = set(self.draft_layers)
+        return tuple(p for p in range(len(self.page_bytes)) if p not in draft)
+
+
+def view_pages(kv: torch.Tensor, num_blocks: int) -> ViewPages:
+    """Split ``kv`` into page arrays (module docstring); ``ValueError`` when a block's
+    bytes are not one dense page or blocks interleave with another dimension.
+
+    NOTE: the block dimension is the first of length ``num_blocks``."""
+    if num_blocks not in kv.shape:
+        raise ValueError(f"KV view {tuple(kv.shape)} has no dimension of {num_blocks} blocks")
+    block_dim = list(kv.shape).index(num_blocks)
+    block_stride = kv.stride(block_dim)
+    others = [d for d in range(kv.dim()) if d != block_dim and kv.shape[d] > 1]
+    outer = sorted((d for d in others if kv.stride(d) > block_stride), key=kv.stride)[::-1]
+    inner = [d for d in others if d not in outer]
+    extent = 1 + sum((kv.shape[d] - 1) * kv.stride(d) for d in inner)
+    dense = extent <= block_stride and all(kv.stride(d) >= num_blocks * block_stride for d in outer)
+    if not dense:
+        raise ValueError(
+            f"elastic memory needs each KV block to be one dense page per layer "
+            f"(view {tuple(kv.shape)} strides {kv.stride()}): use a layer-outermost "
+            "KV cache layout (VLLM_KV_CACHE_LAYOUT=LBNHC or LBHNC)"
+        )
+    num_layers = math.prod(kv.shape[d] for d in outer)
+    return ViewPages(block_dim, tuple(outer), num_layers, block_stride * kv.element_size())
+
+
+def kv_num_blocks(model_runner: Any) -> int:
+    """N_orig: vLLM's block count (the KV cache config's, else the first view's dim 0)."""
+    config = getattr(model_runner, "kv_cache_config", None)
+    if config is not None:
+        return int(config.num_blocks)
+    return int(model_runner.kv_caches[0].shape[0])
+
+
+def plan_kv_arena(model_runner: Any) -> KVArenaPlan:
+    """The arena layers of the runner's KV views (``ValueError`` for layouts it cannot
+    hold: views over several buffers, overlapping views, blocks not dense pages)."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
+    if not kv_caches:
+        raise ValueError("no KV cache tensors")
+    storage = kv_caches[0].untyped_storage().data_ptr()
+    if any(kv.untyped_storage().data_ptr() != storage for kv in kv_caches):
+        raise ValueError("elastic memory needs one KV buffer")
+    num_blocks = kv_num_blocks(model_runner)
     order = sorted(range(len(kv_caches)), key=lambda i: kv_caches[i].storage_offset())
+    views = tuple(view_pages(kv_caches[i], num_blocks) for i in order)
+    _check_disjoint([kv_caches[i] for i in order], views, num_blocks)
+    firsts: list[int] = []
+    pages: list[int] = []
+    for view in views:
+        firsts.append(len(pages))
+        pages += [view.page_bytes] * view.num_layers
+    draft_views = _draft_views(model_runner, kv_caches)
+    draft_layers = tuple(
+        firsts[p] + k
+        for p, i in enumerate(order)
+        if id(kv_caches[i]) in draft_views
+        for k in range(views[p].num_layers)
+    )
+    return KVArenaPlan(num_blocks, tuple(order), views, tuple(firsts), tuple(pages), draft_layers)
+
+
+def _check_disjoint(kvs: list[torch.Tensor], views: tuple[ViewPages, ...], n: int) -> None:
+    spans = []
+    for kv, view in zip(kvs, views, strict=True):
+        start = kv.storage_offset() * kv.element_size()
+        steps = [kv.stride(d) * kv.element_size() for d in view.outer_dims]
+        sizes = [kv.shape[d] for d in view.outer_dims]
+        for index in range(view.num_layers):
+            offset = start
+            for step, size in zip(steps[::-1], sizes[::-1], strict=True):
+                offset, index = offset + (index % size) * step, index // size
+            spans.append((offset, offset + n * view.page_bytes))
+    spans.sort()
+    if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+        raise ValueError(
+            "elastic memory needs the KV views' pages not to overlap (a layout whose blocks "
+            "interleave layers, or layers sharing a KV cache)"
+        )
+
+
+def _draft_views(model_runner: Any, kv_caches: list[torch.Tensor]) -> set[int]:
     context = model_runner.compilation_config.static_forward_context
-    draft = {
+    return {
         id(layer.kv_cache)
         for name, layer in context.items()
         if name.startswith(DRAFT_LAYER_PREFIX) and getattr(layer, "kv_cache", None) is not None
     }
-    positions = tuple(p for p, i in enumerate(order) if id(kv_caches[i]) in draft)
-    return order, positions
 
 
-def num_max_blocks(model_runner: Any, draft_bytes: int) -> int:
+def num_max_blocks(plan: KVArenaPlan, draft_bytes: int) -> int:
     """N_max: blocks the target's layers can hold in the memory stock vLLM gave this
     rank's KV cache and draft weights together::
 
@@ -58,45 +169,55 @@ def num_max_blocks(model_runner: Any, draft_bytes: int) -> int:
     the target's layers only, S_draft: the draft-only weight bytes an offload frees,
     N_orig: vLLM's block count (the null block included). With the draft away the block pool
     may hold N_max blocks and the committed bytes stay within stock."""
-    kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
-    num_blocks = _check_layout(kv_caches)
-    order, draft_positions = kv_layer_order(model_runner)
-    pages = [int(kv_caches[i][0].nbytes) for i in order]
-    full = sum(pages)
-    target = full - sum(pages[p] for p in draft_positions)
+    full = sum(plan.page_bytes)
+    target = sum(plan.page_bytes[p] for p in plan.target_layers)
     if target <= 0 or target == full:
         raise ValueError("elastic memory needs KV layers of both the target and the draft")
-    return (num_blocks * full + draft_bytes) // target
+    return (plan.num_blocks * full + draft_bytes) // target
 
 
 def rebind_kv_to_arena(
-    model_runner: Any, num_slot_blocks: int | None = None
-) -> tuple[KVArena, tuple[int, ...]]:
-    """Re-create the runner's KV views over a new arena (``num_slot_blocks`` per layer,
-    default: the current pool) and bind them; returns the arena and the arena positions
-    of the draft's layers.
+    model_runner: Any, plan: KVArenaPlan, num_slot_blocks: int | None = None
+) -> KVArena:
+    """Re-create the runner's KV views over a new arena on their device
+    (``num_slot_blocks`` per layer, default: the current pool), bind them and commit
+    blocks ``[0, N_orig)`` of every arena layer; returns the arena.
 
     NOTE: every layer gets ``num_slot_blocks`` slots of address space; the draft's
-    layers never use slots past the stock block pool (the draft is away while the block pool is
-    larger), so those slots are never committed."""
+    layers never use slots past the stock block pool (the draft is away while the block
+    pool is larger), so those slots are never committed."""
     kv_caches: list[torch.Tensor] = list(model_runner.kv_caches)
-    num_blocks = _check_layout(kv_caches)
-    slots = num_blocks if num_slot_blocks is None else num_slot_blocks
-    if slots < num_blocks:
-        raise ValueError(f"num_slot_blocks={slots} < the block pool's {num_blocks} blocks")
-    if kv_caches[0].device.type != "cpu":
-        raise ValueError(
-            "elastic_memory needs the KV arena, built for the CPU only so far "
-            "(GPU: CUDA virtual memory, docs/memory.md)"
-        )
-    order, draft_positions = kv_layer_order(model_runner)
-    arena = CPUKVArena([kv_caches[i][0].nbytes for i in order], slots)
+    slots = plan.num_blocks if num_slot_blocks is None else num_slot_blocks
+    if slots < plan.num_blocks:
+        raise ValueError(f"num_slot_blocks={slots} < the block pool's {plan.num_blocks} blocks")
+    arena = build_kv_arena(kv_caches[0].device, plan.page_bytes, slots)
+    arena.commit_blocks(range(len(plan.page_bytes)), 0, plan.num_blocks)
     context = model_runner.compilation_config.static_forward_context
-    for position, index in enumerate(order):
+    for index, view, first in zip(plan.order, plan.views, plan.first_layers, strict=True):
         old = kv_caches[index]
-        view = arena.layer_pages(position).view(old.dtype).view(slots, *old.shape[1:])
+        new = _arena_view(arena, old, view, first, slots)
         for layer in context.values():
             if getattr(layer, "kv_cache", None) is old:
-                layer.bind_kv_cache(view)
-        model_runner.kv_caches[index] = view
-    return arena, draft_positions
+                layer.bind_kv_cache(new)
+        model_runner.kv_caches[index] = new
+    return arena
+
+
+def _arena_view(
+    arena: KVArena, old: torch.Tensor, view: ViewPages, first: int, slots: int
+) -> torch.Tensor:
+    """``old``'s shape (``slots`` blocks) and page strides over arena layers ``first..``."""
+    size = list(old.shape)
+    size[view.block_dim] = slots
+    stride = list(old.stride())
+    step = arena.layout.page_bytes[first] * slots
+    if view.num_layers > 1:
+        layer_offsets = arena.layout.layer_offsets_bytes
+        step = layer_offsets[first + 1] - layer_offsets[first]
+    element = old.element_size()
+    for d in reversed(view.outer_dims):
+        stride[d] = step // element
+        step *= old.shape[d]
+    typed = arena.buffer.view(old.dtype)
+    offset = arena.layout.layer_offsets_bytes[first] // element
+    return torch.as_strided(typed, size, stride, offset)

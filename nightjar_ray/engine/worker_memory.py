@@ -18,12 +18,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from nightjar_ray.engine.block_remap import apply_block_moves
 from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
-from nightjar_ray.engine.kv_rebind import kv_layer_order, num_max_blocks, rebind_kv_to_arena
+from nightjar_ray.engine.kv_rebind import num_max_blocks, plan_kv_arena, rebind_kv_to_arena
 from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
 from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.memory.events import MemoryEvent
@@ -49,7 +51,8 @@ class WorkerMemory:
         self.num_remapped_entries = 0
         self.num_released_bytes = 0
         self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
-        self.num_stock_blocks = int(model_runner.kv_caches[0].shape[0])
+        plan = plan_kv_arena(model_runner)
+        self.num_stock_blocks = plan.num_blocks
         self.num_blocks = self.num_stock_blocks
         """The block pool's size as of the last event this rank applied."""
         self.history: list[list[Any]] = []
@@ -69,18 +72,15 @@ class WorkerMemory:
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
         self.num_max_blocks = (
-            num_max_blocks(model_runner, draft_bytes) if config.enabled else self.num_stock_blocks
+            num_max_blocks(plan, draft_bytes) if config.enabled else self.num_stock_blocks
         )
-        self.arena, self.draft_positions = rebind_kv_to_arena(model_runner, self.num_max_blocks)
+        self.arena = rebind_kv_to_arena(model_runner, plan, self.num_max_blocks)
+        self.draft_positions = plan.draft_layers
+        """Arena layers of the draft's KV."""
+        self.target_positions = plan.target_layers
         pages = self.arena.layout.page_bytes
         self.block_bytes = sum(pages)
         self.target_block_bytes = self.block_bytes - sum(pages[p] for p in self.draft_positions)
-        self.target_positions = tuple(
-            p for p in range(len(pages)) if p not in set(self.draft_positions)
-        )
-        order, _ = kv_layer_order(model_runner)
-        self.target_kv_indices = tuple(order[p] for p in self.target_positions)
-        """Positions in ``model_runner.kv_caches`` of the target's layers."""
 
     def apply(self, event: MemoryEvent | None) -> None:
         """This step's event, before the forward pass (and before vLLM's state update).
@@ -91,9 +91,9 @@ class WorkerMemory:
         if event is None:
             return
         if event.moves:
-            layers = self.target_kv_indices if self._draft_away else None
+            layers = self.target_positions if self._draft_away else None
             self.num_remapped_entries += apply_block_moves(
-                self.runner, self.mover, event.moves, layers
+                self.runner, self.mover, self.arena, event.moves, layers
             )
             self.num_moved_blocks += len(event.moves)
         if event.release is not None:
@@ -106,7 +106,7 @@ class WorkerMemory:
                     f"the block pool grew to {event.num_blocks} blocks; this rank's arena holds "
                     f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
                 )
-            self.num_blocks = event.num_blocks
+            self._grow(event.num_blocks)
         resident = self.offloader is None or self.offloader.stats.resident
         self.history.append([self.num_blocks, resident, list(event.draft_commands)])
 
@@ -121,14 +121,29 @@ class WorkerMemory:
         layers = self.target_positions if self._draft_away else all_layers
         self.num_released_bytes += self.arena.release_blocks(layers, start_block, end_block)
 
+    def _grow(self, num_blocks: int) -> None:
+        """Commit the pages of the blocks the pool gains before the step that may write
+        them: the target's, and the resident draft's up to the stock pool (past it the
+        draft's layers hold no blocks)."""
+        if num_blocks > self.num_blocks:
+            self.arena.commit_blocks(self.target_positions, self.num_blocks, num_blocks)
+            draft_end = min(num_blocks, self.num_stock_blocks)
+            if not self._draft_away and draft_end > self.num_blocks:
+                self.arena.commit_blocks(self.draft_positions, self.num_blocks, draft_end)
+        self.num_blocks = num_blocks
+
     def _draft_command(self, command: str) -> None:
         offloader = self.offloader
         assert offloader is not None, f"draft command {command!r} without an offloader"
         if command == "offload":
             offloader.offload()
+            if self.arena.device.type == "cuda":
+                torch.cuda.empty_cache()  # the draft's weights back to the driver
             slots = self.arena.num_slot_blocks
             self.num_released_bytes += self.arena.release_blocks(self.draft_positions, 0, slots)
         elif command == "reload":
+            # the catch-up after "resume" writes the draft's KV of the stock pool
+            self.arena.commit_blocks(self.draft_positions, 0, self.num_stock_blocks)
             offloader.start_reload()
         else:
             assert command == "resume", command
