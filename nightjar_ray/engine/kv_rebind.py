@@ -3,9 +3,10 @@
 vLLM allocates the KV cache as one committed buffer. After warm-up (no request holds a
 block yet) the worker re-creates every layer's view over an arena of the device
 (``build_kv_arena``) with the same page sizes, binds the new views to the attention
-layers and the runner, and commits blocks ``[0, N_orig)`` of every arena layer; the old
-buffer is dropped. From then on the arena commits and releases pages as the block pool
-grows and shrinks.
+layers and the runner; the old buffer is dropped and blocks ``[0, N_orig)`` of every
+arena layer are committed (``worker_memory``). From then on the arena commits and releases
+pages as the block pool grows and shrinks. The arena's addresses never change, so CUDA
+graphs captured over its views stay valid: on GPU the rebind runs before the capture.
 
 A layer's view has one block dimension (``num_blocks`` long). Each block's bytes over the
 dimensions physically inside it form one dense page; dimensions physically outside it
@@ -180,8 +181,8 @@ def rebind_kv_to_arena(
     model_runner: Any, plan: KVArenaPlan, num_slot_blocks: int | None = None
 ) -> KVArena:
     """Re-create the runner's KV views over a new arena on their device
-    (``num_slot_blocks`` per layer, default: the current pool), bind them and commit
-    blocks ``[0, N_orig)`` of every arena layer; returns the arena.
+    (``num_slot_blocks`` per layer, default: the current pool) and bind them; returns the
+    arena, nothing committed yet (the caller commits once the old buffer is gone).
 
     NOTE: every layer gets ``num_slot_blocks`` slots of address space; the draft's
     layers never use slots past the stock block pool (the draft is away while the block
@@ -191,7 +192,6 @@ def rebind_kv_to_arena(
     if slots < plan.num_blocks:
         raise ValueError(f"num_slot_blocks={slots} < the block pool's {plan.num_blocks} blocks")
     arena = build_kv_arena(kv_caches[0].device, plan.page_bytes, slots)
-    arena.commit_blocks(range(len(plan.page_bytes)), 0, plan.num_blocks)
     context = model_runner.compilation_config.static_forward_context
     for index, view, first in zip(plan.order, plan.views, plan.first_layers, strict=True):
         old = kv_caches[index]

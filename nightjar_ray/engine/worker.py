@@ -53,13 +53,26 @@ class _NightjarWorkerMixin:
             config.draft_sync_mode,
             count_slots=config.testing.count_draft_slots,
         )
-        if config.moves_memory:
+        if self._memory is not None:
+            self._memory.sync = self._nightjar_sync
+        elif config.moves_memory:
             self._memory = WorkerMemory(
                 self.model_runner,
                 config.elastic_memory,
                 self._nightjar_sync,
                 self._prepack,
                 config.testing,
+            )
+
+    def _install_memory_before_graphs(self) -> None:
+        """GPU: move the KV cache into the arena before CUDA graphs are captured over it
+        (the draft sync joins after the warm-up, ``_install_nightjar``)."""
+        if self.vllm_config.speculative_config is None:
+            return
+        config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
+        if config.moves_memory:
+            self._memory = WorkerMemory(
+                self.model_runner, config.elastic_memory, None, self._prepack, config.testing
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -134,6 +147,11 @@ class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
     def load_model(self, *args: Any, **kwargs: Any) -> Any:
         self._capture_prepacked_draft()
         return super().load_model(*args, **kwargs)
+
+    def initialize_from_config(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().initialize_from_config(*args, **kwargs)
+        self._install_memory_before_graphs()
+        return out
 
     def compile_or_warm_up_model(self) -> Any:
         out = super().compile_or_warm_up_model()

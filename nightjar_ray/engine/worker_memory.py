@@ -1,10 +1,12 @@
 """Worker side of elastic memory: apply the scheduler's :class:`MemoryEvent` on this rank.
 
-Installed after vLLM's warm-up (no request holds a block yet) when any elastic-memory
-option is on. Per step, before the forward pass, :meth:`WorkerMemory.apply` runs the
-event's parts in order (``memory/events.py``): block moves, page release, draft commands.
-Every rank runs the same event at the same step, so TP ranks agree on residency and
-block count by construction; :meth:`stats` lets tests check that they do.
+Installed when any elastic-memory option is on, once no request holds a block: after
+vLLM's warm-up on CPU, before it on GPU (CUDA graphs are captured over the arena's views;
+the draft sync is attached after the warm-up). Per step, before the forward pass,
+:meth:`WorkerMemory.apply` runs the event's parts in order (``memory/events.py``): block
+moves, page release, draft commands. Every rank runs the same event at the same step,
+so TP ranks agree on residency and block count by construction; :meth:`stats` lets
+tests check that they do.
 
 The worker also states three facts in its :class:`WorkerReport` on each step's output
 (rank 0's is the one the scheduler reads): N_max (computed from this rank's KV pages and
@@ -39,7 +41,7 @@ class WorkerMemory:
         self,
         model_runner: Any,
         config: ElasticMemoryConfig,
-        sync: DraftSync,
+        sync: DraftSync | None,
         prepack: PrepackCapture | None = None,
         testing: TestingConfig | None = None,
     ) -> None:
@@ -75,6 +77,9 @@ class WorkerMemory:
             num_max_blocks(plan, draft_bytes) if config.enabled else self.num_stock_blocks
         )
         self.arena = rebind_kv_to_arena(model_runner, plan, self.num_max_blocks)
+        if self.arena.device.type == "cuda":
+            torch.cuda.empty_cache()  # the stock KV buffer back to the driver first
+        self.arena.commit_blocks(range(len(plan.page_bytes)), 0, plan.num_blocks)
         self.draft_positions = plan.draft_layers
         """Arena layers of the draft's KV."""
         self.target_positions = plan.target_layers
@@ -148,6 +153,7 @@ class WorkerMemory:
         else:
             assert command == "resume", command
             offloader.finish_reload()
+            assert self.sync is not None, "resume before the draft sync was installed"
             self.sync.invalidate_draft_kv()
 
     def committed_bytes(self) -> int:

@@ -33,6 +33,7 @@ from typing import Protocol
 
 import torch
 
+from nightjar_ray.memory.arena_layout import arena_layout, check_blocks, round_down, round_up
 from nightjar_ray.memory.kernels import PageLayout
 
 MAP_NORESERVE = 0x4000
@@ -85,37 +86,6 @@ class KVArena(Protocol):
         """Free the reservation (idempotent); tensors over ``buffer`` are invalid after."""
 
 
-def arena_layout(
-    page_bytes: Sequence[int], num_slot_blocks: int, align_bytes: int = 1
-) -> tuple[PageLayout, int]:
-    """Layers back to back, each starting at a multiple of ``align_bytes``; the layout
-    and the reservation's bytes."""
-    if num_slot_blocks < 1 or not page_bytes or min(page_bytes) <= 0:
-        raise ValueError("an arena needs >= 1 layer page of > 0 bytes and >= 1 block")
-    offsets, offset = [], 0
-    for page in page_bytes:
-        offsets.append(offset)
-        offset += _round_up(page * num_slot_blocks, align_bytes)
-    return PageLayout(tuple(offsets), tuple(page_bytes)), offset
-
-
-def check_blocks(
-    arena: KVArena, layers: Iterable[int], start_block: int, end_block: int
-) -> list[int]:
-    """``layers`` as a list; ``ValueError`` unless every layer and the block range
-    ``[start_block, end_block)`` lie inside the arena."""
-    if not 0 <= start_block <= end_block <= arena.num_slot_blocks:
-        raise ValueError(
-            f"block range [{start_block}, {end_block}) outside the arena's "
-            f"{arena.num_slot_blocks} blocks"
-        )
-    chosen, num_layers = list(layers), len(arena.layout.page_bytes)
-    for layer in chosen:
-        if not 0 <= layer < num_layers:
-            raise ValueError(f"layer {layer} outside the arena's {num_layers} layers")
-    return chosen
-
-
 class CPUKVArena:
     """The CPU :class:`KVArena`: an anonymous ``MAP_NORESERVE`` mapping, committed with
     ``madvise(MADV_POPULATE_WRITE)`` (a no-op before Linux 5.14: pages commit on first
@@ -146,8 +116,8 @@ class CPUKVArena:
         committed = 0
         for layer in check_blocks(self, layers, start_block, end_block):
             offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
-            lo = _round_down(offset + start_block * page, mmap.PAGESIZE)
-            hi = min(_round_up(offset + end_block * page, mmap.PAGESIZE), self.num_bytes)
+            lo = round_down(offset + start_block * page, mmap.PAGESIZE)
+            hi = min(round_up(offset + end_block * page, mmap.PAGESIZE), self.num_bytes)
             if hi <= lo:
                 continue
             before = resident_bytes(self.address + lo, hi - lo)
@@ -172,8 +142,8 @@ class CPUKVArena:
         released = 0
         for layer in check_blocks(self, layers, start_block, end_block):
             offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
-            lo = _round_up(offset + start_block * page, mmap.PAGESIZE)
-            hi = _round_down(offset + end_block * page, mmap.PAGESIZE)
+            lo = round_up(offset + start_block * page, mmap.PAGESIZE)
+            hi = round_down(offset + end_block * page, mmap.PAGESIZE)
             if hi > lo:
                 self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
                 released += hi - lo
@@ -204,19 +174,11 @@ def build_kv_arena(
     )
 
 
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
-
-
-def _round_down(value: int, step: int) -> int:
-    return value // step * step
-
-
 def resident_bytes(address: int, num_bytes: int) -> int:
     """Resident bytes of the page-aligned range ``[address, address + num_bytes)``."""
     if address % mmap.PAGESIZE:
         raise ValueError("address must be page-aligned")
-    num_pages = _round_up(num_bytes, mmap.PAGESIZE) // mmap.PAGESIZE
+    num_pages = round_up(num_bytes, mmap.PAGESIZE) // mmap.PAGESIZE
     vec = (ctypes.c_ubyte * num_pages)()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(num_bytes), vec) != 0:

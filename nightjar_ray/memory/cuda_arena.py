@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena import arena_layout, check_blocks
+from nightjar_ray.memory.arena_layout import arena_layout, check_blocks
 
 
 def _driver() -> Any:

@@ -93,9 +93,7 @@ def test_rebind_keeps_shapes_and_page_strides_and_binds_every_layer(name: str) -
             assert [after.stride(d) for d in inside] == [before.stride(d) for d in inside]
             context = runner.compilation_config.static_forward_context
             assert context[NAMES[layer]].kv_cache is after
-        # blocks [0, N_orig) of every arena layer are committed (pages are OS-page multiples)
-        assert arena.resident_bytes() >= NUM_BLOCKS * sum(plan.page_bytes)
-        assert arena.resident_bytes() < slots * sum(plan.page_bytes)
+        assert arena.resident_bytes() == 0  # the worker commits once the old buffer is gone
     finally:
         arena.close()
 
