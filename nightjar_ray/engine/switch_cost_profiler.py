@@ -164,6 +164,9 @@ def engine_kwargs(engine: ProfilerEngine, grid: ProfileGrid) -> dict[str, Any]:
 
 def check_engine_arg_names(names: Iterable[str]) -> None:
     """``ValueError`` naming the first of ``names`` that is not a vLLM engine argument."""
+    names = list(names)
+    if not names:
+        return
     import dataclasses
 
     from vllm.engine.arg_utils import EngineArgs
