@@ -42,6 +42,23 @@ def register(subparsers: Any) -> None:
         "profile-switch-cost",
         help="Measure the draft catch-up cost C_switch(L_max, B) on this node.",
     )
+    _add_model_args(p)
+    _add_engine_args(p)
+    p.add_argument(
+        "--skip-tokens", type=int_list, default="16,64,256,512", help="L_max grid (tokens)."
+    )
+    p.add_argument("--batch-sizes", type=int_list, default="1,2,4,8,16", help="B grid.")
+    p.add_argument("--repeats", type=positive_int, default=3, help="Samples per point (median).")
+    p.add_argument(
+        "--out",
+        type=output_file,
+        metavar="CSV",
+        help="Profile CSV to write (default: profiles/ in the nightjar-ray cache directory).",
+    )
+    p.set_defaults(func=run)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
         type=model_source,
@@ -70,6 +87,9 @@ def register(subparsers: Any) -> None:
         metavar="ID",
         help="Model of an llm_configs app in --from-config (default: its only one).",
     )
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tensor-parallel-size",
         type=positive_int,
@@ -90,18 +110,6 @@ def register(subparsers: Any) -> None:
         help="vLLM engine argument over the device defaults and --from-config, repeatable; "
         "VALUE is YAML (true, 0.85, 4096, {cudagraph_mode: FULL}).",
     )
-    p.add_argument(
-        "--skip-tokens", type=int_list, default="16,64,256,512", help="L_max grid (tokens)."
-    )
-    p.add_argument("--batch-sizes", type=int_list, default="1,2,4,8,16", help="B grid.")
-    p.add_argument("--repeats", type=positive_int, default=3, help="Samples per point (median).")
-    p.add_argument(
-        "--out",
-        type=output_file,
-        metavar="CSV",
-        help="Profile CSV to write (default: profiles/ in the nightjar-ray cache directory).",
-    )
-    p.set_defaults(func=run)
 
 
 def model_source(value: str) -> str:
