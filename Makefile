@@ -65,7 +65,7 @@ bench-policy: $(VENV)/.installed-dev
 # The C_switch profile of the generated s=0.05 pair on this machine, read by bench-engine.
 CPU_PROFILE := $(RESULTS)/profiles/cpu-2core-bench-s0.05.csv
 $(CPU_PROFILE): | $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/profile_switch_cost.py --skip-tokens 16,64,256 \
+	$(BIN)/nightjar-ray profile-switch-cost --device cpu --skip-tokens 16,64,256 \
 		--batch-sizes 1,4,16,48 --repeats 3 --out $@
 
 bench-engine: $(VENV)/.installed-dev $(CPU_PROFILE)
@@ -73,7 +73,7 @@ bench-engine: $(VENV)/.installed-dev $(CPU_PROFILE)
 		--profile $(CPU_PROFILE)
 
 profile-switch-cost: $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/profile_switch_cost.py --out $(RESULTS)/switch-cost.csv
+	$(BIN)/nightjar-ray profile-switch-cost --out $(RESULTS)/switch-cost.csv
 
 # Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); they replay the Azure
 # conversation trace named by NIGHTJAR_TRACE (default: the shared copy beside the checkout).

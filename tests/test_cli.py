@@ -16,8 +16,17 @@ from nightjar_ray.cli.dashboards import credential_of
 from nightjar_ray.cli.main import build_parser, main
 from nightjar_ray.workload.trace import TRACE_ENV
 
-PRODUCT_COMMANDS = ("demo", "loadgen", "bench-serve", "chaos", "soak", "dashboards", "simulate")
-RESEARCH_COMMANDS = ("policy-table", "policy-regret", "bench-policy", "profile-switch-cost")
+PRODUCT_COMMANDS = (
+    "demo",
+    "loadgen",
+    "bench-serve",
+    "chaos",
+    "soak",
+    "dashboards",
+    "simulate",
+    "profile-switch-cost",
+)
+RESEARCH_COMMANDS = ("policy-table", "policy-regret", "bench-policy")
 NO_HELP_NEEDED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 
 
@@ -106,11 +115,14 @@ FILE, DIR = "no such file", "no such directory"
         (["simulate", "compare", "--trace", "{missing}"], FILE),
         (["simulate", "suite", "--trace", "{missing}"], FILE),
         (["dashboards", "generate", "--root", "{missing}"], DIR),
+        (["profile-switch-cost", "--from-config", "{missing}"], FILE),
+        (["profile-switch-cost", "--target", "{missing}"], DIR),
         # a file to write whose directory is missing: found before the run, not after it
         (["chaos", "--scenario", "actor-kill", "--out", "{missing}/report.json"], DIR),
         (["simulate", "run", "--timeline-csv", "{missing}/t.csv"], DIR),
         (["bench-serve", "--report", "{missing}/b.md"], DIR),
         (["dashboards", "render", "--out", "{missing}/d.png"], DIR),
+        (["profile-switch-cost", "--out", "{missing}/switch-cost.csv"], DIR),
     ],
 )
 def test_a_missing_file_is_one_line_naming_it(

@@ -184,15 +184,25 @@ def test_commands_without_a_server_run_with_only_runtime_dependencies(
     assert proc.stdout.strip(), "the command printed nothing"
 
 
-def test_a_command_that_needs_an_extra_names_it_in_one_line() -> None:
-    """``dashboards provision`` needs grafana-client (the ``ops`` extra): without it the
-    user reads which extra to install, not a traceback."""
-    proc = run_runtime_only(
-        "nightjar_ray.cli.main:main",
-        ["nightjar-ray", "dashboards", "provision", "--url", "http://127.0.0.1:9"],
-    )
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["dashboards", "provision", "--url", "http://127.0.0.1:9"],
+            "nightjar-ray dashboards: error: needs 'grafana_client', which the "
+            "nightjar-ray[ops] extra installs (docs/install.md)",
+        ),
+        (
+            ["profile-switch-cost", "--device", "cpu"],
+            "nightjar-ray profile-switch-cost: error: needs 'torch', which the "
+            "nightjar-ray[cpu] or [gpu] extra installs (docs/install.md)",
+        ),
+    ],
+    ids=lambda value: value[0] if isinstance(value, list) else "",
+)
+def test_a_command_that_needs_an_extra_names_it_in_one_line(argv: list[str], message: str) -> None:
+    """``dashboards provision`` needs grafana-client (the ``ops`` extra), the profiler an
+    engine: without it the user reads which extra to install, not a traceback."""
+    proc = run_runtime_only("nightjar_ray.cli.main:main", ["nightjar-ray", *argv])
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "nightjar-ray dashboards: error: needs 'grafana_client', which the "
-        "nightjar-ray[ops] extra installs (docs/install.md)"
-    ]
+    assert proc.stderr.strip().splitlines() == [message]

@@ -10,7 +10,7 @@ The profile is a CSV with the columns of the paper's Table 3::
 Rows must cover a full rectangular grid (every skip length with every batch
 size). Between grid points the cost is interpolated bilinearly; outside the
 grid the query is clamped to the nearest edge (no extrapolation). The
-profiler (``benchmarks/profile_switch_cost.py`` in the repository) writes this format.
+profiler (``nightjar-ray profile-switch-cost``) writes this format.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 * ``switch_cost_ms``: C_switch(L, B) = the draft's prefill of B requests x L lagging tokens
   (T_SD - T_base in the paper's profiling), on the simulated hardware.
 * ``simulated_switch_cost``: a SwitchCostTable over a grid, the profile Nightjar uses in the
-  simulator (what ``benchmarks/profile_switch_cost.py`` produces on real hardware).
+  simulator (what ``nightjar-ray profile-switch-cost`` produces on real hardware).
 * ``token_latency``: expected seconds per emitted token at batch size B and gamma
   (steady decode, equal contexts): the per-step economics behind Fig. 1/2.
 """

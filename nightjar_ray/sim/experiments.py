@@ -7,7 +7,7 @@ A *contender* is a policy plus how the engine runs around it:
   kept in sync on gamma = 0 steps);
 * ``nightjar``: skip the draft on gamma = 0 (pay C_switch on re-enable) and offload it
   under memory pressure (paper §6), with a C_switch table profiled on the simulated
-  hardware (as ``benchmarks/profile_switch_cost.py`` would on a real GPU).
+  hardware (as ``nightjar-ray profile-switch-cost`` would on a real GPU).
 
 The oracle is the best static choice per load in hindsight: among ``off`` and
 ``fixed-1..gamma_max`` the run with the highest throughput at that load.

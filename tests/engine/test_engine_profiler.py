@@ -1,4 +1,4 @@
-"""``benchmarks/profile_switch_cost.py`` writes the C_switch table of the catch-ups it timed.
+"""``nightjar-ray profile-switch-cost`` writes the C_switch table of the catch-ups it timed.
 
 Whether the cost grows with L_max on this machine is a timing, which the benchmark
 reports; here each cell must be a measured catch-up of B requests lagging L tokens (the
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.profile_switch_cost import main
+from nightjar_ray.cli.main import main
 from nightjar_ray.models.pair import ModelPair
 from nightjar_ray.policy import SwitchCostTable
 
@@ -23,16 +23,16 @@ def test_profiler_writes_a_table_of_the_catch_ups_it_timed(
     lossy_pair: ModelPair, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "switch-cost.csv"
-    argv = ["--out", str(out), "--target", str(lossy_pair.target_dir)]
-    argv += ["--draft", str(lossy_pair.draft_dir), "--skip-tokens", "8,384"]
-    argv += ["--batch-sizes", "1,4", "--repeats", "1"]
+    argv = ["profile-switch-cost", "--device", "cpu", "--out", str(out)]
+    argv += ["--target", str(lossy_pair.target_dir), "--draft", str(lossy_pair.draft_dir)]
+    argv += ["--skip-tokens", "8,384", "--batch-sizes", "1,4", "--repeats", "1"]
     assert main(argv) == 0
     table = SwitchCostTable.load(out)
     assert table.skip_grid == (8, 384) and table.batch_grid == (1, 4)
-    printed = [
-        (int(s), int(b), float(ms)) for s, b, ms in PROGRESS.findall(capsys.readouterr().out)
-    ]
-    assert [(s, b) for s, b, _ in printed] == [(8, 1), (8, 4), (384, 1), (384, 4)]
-    for skip, batch, cost_ms in printed:
+    printed = capsys.readouterr().out
+    points = [(int(s), int(b), float(ms)) for s, b, ms in PROGRESS.findall(printed)]
+    assert [(s, b) for s, b, _ in points] == [(8, 1), (8, 4), (384, 1), (384, 4)]
+    for skip, batch, cost_ms in points:
         assert cost_ms > 0.0, (skip, batch)
         assert table.cost_s_at(skip, batch) * 1e3 == pytest.approx(cost_ms, abs=1e-3)
+    assert f"  switch_cost_profile: {out.resolve()}\n" in printed
