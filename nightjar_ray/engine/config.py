@@ -192,6 +192,16 @@ class NightjarConfig(BaseModel):
             "to keep its KV in sync."
         ),
     )
+    cuda_graphs: Literal["stock", "per-gamma"] = Field(
+        default="stock",
+        description=(
+            "GPU only (vLLM's V1 model runner). 'stock': vLLM's CUDA graphs, FULL for "
+            "decode steps at the largest gamma only, PIECEWISE at smaller gammas. "
+            "'per-gamma': also capture FULL decode graphs for every gamma 0..K "
+            "(more graph memory; docs/cuda-graphs.md). Turn it on once `nightjar-ray "
+            "selfcheck` passes with it on your GPU."
+        ),
+    )
     policy_snapshot: str | None = Field(
         default=None,
         description=(

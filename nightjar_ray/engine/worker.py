@@ -144,6 +144,23 @@ class NightjarCPUWorker(_NightjarWorkerMixin, CPUWorker):
 class NightjarGPUWorker(_NightjarWorkerMixin, Worker):
     """vLLM's GPU worker with the Nightjar draft hook."""
 
+    def _make_model_runner(self) -> Any:
+        """vLLM's V1 runner (the draft hook needs it), or :class:`PerGammaGraphsRunner`
+        with ``cuda_graphs: per-gamma``."""
+        spec = self.vllm_config.speculative_config
+        if spec is not None and self.vllm_config.use_v2_model_runner:
+            raise ValueError(
+                "nightjar needs vLLM's V1 GPU model runner (its draft hook patches "
+                "propose_draft_token_ids): set VLLM_USE_V2_MODEL_RUNNER=0 in the engine's "
+                "environment (the deploy files' runtime_env does)"
+            )
+        config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
+        if config.cuda_graphs == "per-gamma":
+            from nightjar_ray.engine.cudagraph_runner import PerGammaGraphsRunner
+
+            return PerGammaGraphsRunner(self.vllm_config, self.device)
+        return super()._make_model_runner()
+
     def load_model(self, *args: Any, **kwargs: Any) -> Any:
         self._capture_prepacked_draft()
         return super().load_model(*args, **kwargs)

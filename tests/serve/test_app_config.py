@@ -51,6 +51,9 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
     assert kwargs["additional_config"]["nightjar"]["policy"] == "nightjar"
     assert parsed.llm_config.server_cls.__name__ == "NightjarLLMServer"
     assert parsed.llm_config.deployment_config["autoscaling_config"]["min_replicas"] == 1
+    # CUDA graphs on (docs/cuda-graphs.md), on the V1 model runner Nightjar's worker needs.
+    assert not kwargs.get("enforce_eager", False)
+    assert parsed.llm_config.runtime_env["env_vars"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
     if name == "gpu-32b-tp2.yaml":
         assert kwargs["tensor_parallel_size"] == 2
         assert kwargs["distributed_executor_backend"] == "ray"
