@@ -124,36 +124,56 @@ def mover_figure(args: argparse.Namespace) -> dict[str, Any]:
     """Triton mover against ``copy_`` of the same bytes, 7B target pages (28 layers x
     32 KiB), ``--mover-blocks`` scattered moves; paired rounds, ratio = baseline time /
     contender time (1 = as fast as the copy)."""
-    from nightjar_ray.memory.kernels import PageLayout, build_block_mover
+    from nightjar_ray.memory.kernels import build_block_mover
 
     device = require_cuda("mover")
-    layers, page, num = 28, 16 * 4 * 128 * 2 * 2, args.mover_blocks
-    slots = 2 * num
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    buffer = torch.empty(layers * slots * page, dtype=torch.int8, device=device)
-    buffer.random_(-128, 128, generator=gen)
-    layout = PageLayout(tuple(i * slots * page for i in range(layers)), (page,) * layers)
-    src = (num + torch.randperm(num, generator=gen, device=device)).tolist()
-    moves = dict(zip(src, range(num), strict=True))
-    pages = buffer.view(torch.int64).view(layers, slots, page // 8)
-    src_idx = torch.tensor(src, device=device)
-    dst_idx = torch.arange(num, device=device)
-    nbytes = num * layers * page
-    flat_src = torch.empty(nbytes, dtype=torch.int8, device=device).random_(generator=gen)
-    flat_dst = torch.empty_like(flat_src)
+    bench = MoverBench(device, args.mover_blocks, gen)
     triton_mover, torch_mover = build_block_mover("triton"), build_block_mover("torch")
     contenders: dict[str, Callable[[], object]] = {
-        "copy_": lambda: flat_dst.copy_(flat_src),
-        "copy_ (A/A)": lambda: flat_dst.copy_(flat_src),
-        "index_copy_": lambda: pages.index_copy_(1, dst_idx, pages.index_select(1, src_idx)),
-        "triton mover": lambda: triton_mover(layout, buffer, moves),
-        "torch mover": lambda: torch_mover(layout, buffer, moves),
+        "copy_": bench.plain_copy,
+        "copy_ (A/A)": bench.plain_copy,
+        "index_copy_": bench.index_copy,
+        "triton mover": lambda: triton_mover(bench.layout, bench.buffer, bench.moves),
+        "torch mover": lambda: torch_mover(bench.layout, bench.buffer, bench.moves),
     }
     times = _paired_rounds(contenders, args.warmup, args.rounds)
-    pages[:, :num].zero_()  # the destinations, so that only the next call can fill them
-    triton_mover(layout, buffer, moves)
-    correct = bool(torch.equal(pages[:, dst_idx], pages[:, src_idx]))
-    return _mover_result(times, nbytes, num, correct)
+    correct = bench.moves_pages(contenders["triton mover"])
+    return _mover_result(times, bench.nbytes, args.mover_blocks, correct)
+
+
+class MoverBench:
+    """``num`` moves of 7B target pages (28 layers x 32 KiB) from scattered blocks in
+    ``[num, 2 num)`` to ``[0, num)`` of one flat buffer, and a plain copy of as many bytes."""
+
+    def __init__(self, device: torch.device, num: int, gen: torch.Generator) -> None:
+        from nightjar_ray.memory.kernels import PageLayout
+
+        layers, page, slots = 28, 16 * 4 * 128 * 2 * 2, 2 * num
+        self.buffer = torch.empty(layers * slots * page, dtype=torch.int8, device=device)
+        self.buffer.random_(-128, 128, generator=gen)
+        self.layout = PageLayout(tuple(i * slots * page for i in range(layers)), (page,) * layers)
+        src = (num + torch.randperm(num, generator=gen, device=device)).tolist()
+        self.moves = dict(zip(src, range(num), strict=True))
+        self.pages = self.buffer.view(torch.int64).view(layers, slots, page // 8)
+        self.src_idx = torch.tensor(src, device=device)
+        self.dst_idx = torch.arange(num, device=device)
+        self.nbytes = num * layers * page
+        self.flat_src = torch.empty(self.nbytes, dtype=torch.int8, device=device)
+        self.flat_src.random_(-128, 128, generator=gen)
+        self.flat_dst = torch.empty_like(self.flat_src)
+
+    def plain_copy(self) -> None:
+        self.flat_dst.copy_(self.flat_src)
+
+    def index_copy(self) -> None:
+        self.pages.index_copy_(1, self.dst_idx, self.pages.index_select(1, self.src_idx))
+
+    def moves_pages(self, fn: Callable[[], object]) -> bool:
+        """Whether ``fn`` writes every source page over its (zeroed) destination."""
+        self.pages[:, self.dst_idx] = 0
+        fn()
+        return bool(torch.equal(self.pages[:, self.dst_idx], self.pages[:, self.src_idx]))
 
 
 def _paired_rounds(
@@ -189,13 +209,18 @@ def _mover_result(
 # -- 3. draft reload overlapping a decode loop -------------------------------------------
 
 
-def qwen7b_decode_weights(device: torch.device, gen: torch.Generator) -> list[torch.Tensor]:
-    """Per layer [in, out] bf16: QKV (3584 -> 28x128 + 2x4x128), O, gate+up, down; then
-    the LM head (3584 -> 152064). 28 layers, 7.6B parameters."""
+def qwen7b_decode_shapes() -> list[tuple[int, int]]:
+    """Per layer [in, out]: QKV (3584 -> 28x128 + 2x4x128), O, gate+up, down; then the LM
+    head (3584 -> 152064). 28 layers: 7.07B parameters (the embedding is a lookup)."""
     hidden, mlp = 3584, 18944
-    shapes = [(hidden, hidden + 2 * 512), (hidden, hidden), (hidden, 2 * mlp), (mlp, hidden)]
+    layer = [(hidden, hidden + 2 * 512), (hidden, hidden), (hidden, 2 * mlp), (mlp, hidden)]
+    return [*layer * 28, (hidden, 152064)]
+
+
+def qwen7b_decode_weights(device: torch.device, gen: torch.Generator) -> list[torch.Tensor]:
+    """Random bf16 weights of :func:`qwen7b_decode_shapes` (std 0.02)."""
     out = []
-    for shape in [*shapes * 28, (hidden, 152064)]:
+    for shape in qwen7b_decode_shapes():
         w = torch.empty(shape, dtype=torch.bfloat16, device=device)
         out.append(w.normal_(0.0, 0.02, generator=gen))
     return out

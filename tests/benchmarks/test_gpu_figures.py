@@ -117,3 +117,34 @@ def test_graph_replay_missing_and_present(tmp_path: Path) -> None:
     got = gpu_figures.graph_replay_lines(script, ["--x"])
     assert got["status"] == "ok"
     assert got["lines"] == [{"query_len": 1, "argv": ["--x"]}, {"query_len": 5, "argv": ["--x"]}]
+
+
+def test_mover_bench_baselines_move_the_pages_the_mover_moves() -> None:
+    """The index_copy_ baseline copies exactly the pages the block mover copies (CPU;
+    the Triton mover itself: tests/memory/test_kernels_and_arena.py)."""
+    from nightjar_ray.memory.kernels import build_block_mover
+
+    bench = gpu_figures.MoverBench(torch.device("cpu"), 8, torch.Generator().manual_seed(0))
+    mover = build_block_mover("torch")
+    assert bench.nbytes == 8 * 28 * 32768 == bench.flat_src.numel()
+    assert not bench.moves_pages(lambda: None)
+    assert bench.moves_pages(bench.index_copy)
+    assert bench.moves_pages(lambda: mover(bench.layout, bench.buffer, bench.moves))
+
+
+def test_decode_step_and_draft_shapes() -> None:
+    """The reload figure's shapes on the meta device: a 7B decode step of 32 tokens ends in
+    vocabulary logits, and the draft is Qwen2.5-0.5B's 494,032,768 parameters."""
+    import math
+
+    from benchmarks._gpu_arena import QWEN05B_BF16_BYTES, qwen05b_shapes
+
+    meta = torch.device("meta")
+    weights = [
+        torch.empty(s, dtype=torch.bfloat16, device=meta)
+        for s in gpu_figures.qwen7b_decode_shapes()
+    ]
+    x = torch.empty(32, 3584, dtype=torch.bfloat16, device=meta)
+    assert gpu_figures.decode_step(x, weights).shape == (32, 152064)
+    assert sum(math.prod(s) for s in qwen05b_shapes()) == 494_032_768
+    assert QWEN05B_BF16_BYTES == 2 * 494_032_768
