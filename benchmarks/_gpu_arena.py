@@ -35,8 +35,9 @@ import torch
 from nightjar_ray.memory import plan_migration
 from nightjar_ray.memory.kernels import BlockMover, PageLayout, build_block_mover
 
-ARENA_SCALES = ("small", "medium", "full")
-"""full: the pool on an 80 GB H100; medium: an eighth of it; small: 64 blocks (CPU tests)."""
+ARENA_SCALES = ("small", "cpu", "medium", "full")
+"""full: the pool on an 80 GB H100; medium: an eighth of it; cpu: 1,024 blocks (1.1 and
+2.2 GB); small: 64 blocks (tests)."""
 
 H100_80GB_BYTES = 81559 << 20
 """An H100 80GB HBM3's memory as nvidia-smi reports it."""
@@ -124,7 +125,7 @@ def pool_sizes(setting: ArenaSetting, scale: str) -> tuple[int, int]:
     """(N_orig, N_max) at ``scale``; smaller scales shrink the pool and the draft's
     weights by the same factor."""
     full = setting.num_orig_blocks()
-    num_orig = {"full": full, "medium": full // 8, "small": 64}[scale]
+    num_orig = {"full": full, "medium": full // 8, "cpu": 1024, "small": 64}[scale]
     draft = setting.draft_weight_bytes * num_orig // full
     return num_orig, setting.num_max_blocks(num_orig, draft)
 
@@ -159,8 +160,9 @@ def _run_setting(
         rounds = _rounds(setting, arena, num_orig, args, device)
     finally:
         arena.release_blocks(range(len(setting.page_bytes)), 0, num_max)
-    rounds[-1]["after_release_all"] = arena.resident_bytes()
-    del arena
+        released = arena.resident_bytes()
+        arena.close()
+    rounds[-1]["after_release_all"] = released
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -199,7 +201,7 @@ def _setting_result(
         "num_orig_blocks": num_orig,
         "num_max_blocks": num_max,
         "moved_blocks": last["moved_blocks"],
-        "mover_calls": last["mover_calls"],
+        "mover": "triton" if args.device == "cuda" else "torch",
         "ms": {k: _summary([1e3 * r[f"{k}_s"] for r in timed]) for k in ms},
         "committed_bytes": {k: last[k] for k in (*stages, "after_release_all")}
         | {"plain_pool": plain, "stock": num_orig * sum(setting.page_bytes) + draft_weights},
@@ -276,8 +278,8 @@ class ArenaCycle:
         written = self._pages(live)
         moves = plan_migration(live, self.free, self.num_orig)
         assert moves is not None, "more live region blocks than free blocks below N_orig"
-        calls = _buffers(a, self.target)
-        out["move_s"] = self._timed(lambda: [self.mover(lay, buf, moves) for buf, lay in calls])
+        layout = _target_layout(a, self.target)
+        out["move_s"] = self._timed(lambda: self.mover(layout, a.buffer, moves))
         out["release_region_s"] = self._timed(
             lambda: a.release_blocks(self.target, self.num_orig, self.num_max)
         )
@@ -290,7 +292,7 @@ class ArenaCycle:
             lambda: a.commit_blocks(self.draft, 0, self.num_orig)
         )
         self._record(out, "after_draft_kv_commit")
-        return out | {"moved_blocks": len(moves), "mover_calls": len(calls)}
+        return out | {"moved_blocks": len(moves)}
 
     def _expand(self) -> None:
         self.arena.release_blocks(self.draft, 0, self.num_orig)
@@ -308,16 +310,10 @@ class ArenaCycle:
             pages.index_copy_(0, idx, data.random_(-128, 128, generator=self.gen))
 
 
-def _buffers(arena: Any, layers: Sequence[int]) -> list[tuple[torch.Tensor, PageLayout]]:
-    """(flat int8 buffer, layout) for the mover: one call over the arena's buffer when the
-    layers' pages share one storage, else one call per layer."""
-    views = [arena.layer_pages(layer) for layer in layers]
-    storage = views[0].untyped_storage()
-    if all(v.untyped_storage().data_ptr() == storage.data_ptr() for v in views):
-        buffer = torch.empty(0, dtype=torch.int8, device=views[0].device).set_(storage)
-        offsets = tuple(v.storage_offset() for v in views)
-        return [(buffer, PageLayout(offsets, tuple(v.stride(0) for v in views)))]
-    return [(v.reshape(-1), PageLayout((0,), (v.stride(0),))) for v in views]
+def _target_layout(arena: Any, layers: Sequence[int]) -> PageLayout:
+    """The arena's layout restricted to ``layers`` (moves leave the other layers alone)."""
+    offsets, pages = arena.layout.layer_offsets_bytes, arena.layout.page_bytes
+    return PageLayout(tuple(offsets[i] for i in layers), tuple(pages[i] for i in layers))
 
 
 def _sync(device: torch.device) -> None:
