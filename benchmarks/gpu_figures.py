@@ -249,7 +249,9 @@ def reload_figure(args: argparse.Namespace) -> dict[str, Any]:
     copy_s = [event_time_s(lambda: _reload(host, dev, side)[1], side) for _ in range(3)]
     step_s = statistics.median([event_time_s(lambda: decode_step(x, weights)) for _ in range(5)])
     steps = max(2, int(min(copy_s) / step_s))
-    rounds = [_reload_round(x, weights, steps, host, dev, side) for _ in range(args.rounds)]
+    num = args.warmup + args.rounds
+    rounds = [_reload_round(x, weights, steps, host, dev, side) for _ in range(num)]
+    rounds = rounds[args.warmup :]
     landed = all(torch.equal(d.cpu(), h) for d, h in zip(dev[:2], host[:2], strict=True))
     nbytes = sum(h.nbytes for h in host)
     return {
@@ -349,10 +351,34 @@ def graph_replay_lines(script: Path, argv: Sequence[str]) -> dict[str, Any]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = module.main(list(argv))
-    lines = [json.loads(line) for line in printed.getvalue().splitlines() if line.strip()]
-    return {"status": "ok" if not code else f"exit {code}", "argv": list(argv), "lines": lines}
+    try:
+        with contextlib.redirect_stdout(printed):
+            code = module.main(list(argv))
+    except SystemExit as exc:  # argparse errors, its own refusals
+        code = exc.code
+    lines, other = [], []
+    for line in filter(str.strip, printed.getvalue().splitlines()):
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            other.append(line)
+    status = "ok" if not code else f"exit {code}"
+    return {"status": status, "argv": list(argv), "lines": lines, "other_output": other}
+
+
+def graph_rows(figure: dict[str, Any]) -> list[str]:
+    """docs/benchmarks.md rows for ``gpu_graph_replay.py``'s lines (one per batch and
+    query length); a line of another shape is shown as it came."""
+    rows = []
+    for r in figure["lines"]:
+        if not isinstance(r, dict) or not {"full_ms", "piecewise_ms", "eager_ms"} <= set(r):
+            rows.append(f"| graphs | - | {json.dumps(r)} | - | - |")
+            continue
+        setting = f"{r.get('num_reqs')} req x query length {r.get('query_len')}"
+        value = f"{r['full_ms']:.3f} / {r['piecewise_ms']:.3f} / {r['eager_ms']:.3f} ms"
+        ratio = r["piecewise_ms"] / r["full_ms"]
+        rows.append(f"| graphs | {setting} | FULL / PIECEWISE / eager | {value} | {ratio:.3f}x |")
+    return rows
 
 
 # -- the command --------------------------------------------------------------------------
@@ -483,7 +509,7 @@ def markdown_rows(result: dict[str, Any]) -> list[str]:
             s = fig["slowdown"]["median"]
             rows.append(f"| reload | 0.5B bf16 | decode loop slowdown | {100 * s:.1f}% | <= 5% |")
         else:
-            rows += [f"| graphs | - | {json.dumps(line)} | - | - |" for line in fig["lines"]]
+            rows += graph_rows(fig)
     return rows
 
 

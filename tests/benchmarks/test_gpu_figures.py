@@ -117,6 +117,30 @@ def test_graph_replay_missing_and_present(tmp_path: Path) -> None:
     got = gpu_figures.graph_replay_lines(script, ["--x"])
     assert got["status"] == "ok"
     assert got["lines"] == [{"query_len": 1, "argv": ["--x"]}, {"query_len": 5, "argv": ["--x"]}]
+    script.write_text("import sys\ndef main(argv):\n    print('header')\n    sys.exit('no GPU')\n")
+    refused = gpu_figures.graph_replay_lines(script, [])
+    assert refused == {"status": "exit no GPU", "argv": [], "lines": [], "other_output": ["header"]}
+
+
+def test_graph_rows_show_full_piecewise_and_eager() -> None:
+    line = {"num_reqs": 8, "query_len": 3, "full_ms": 2.0, "piecewise_ms": 2.5, "eager_ms": 4.0}
+    rows = gpu_figures.graph_rows({"lines": [line, {"other": 1}]})
+    assert rows == [
+        "| graphs | 8 req x query length 3 | FULL / PIECEWISE / eager "
+        "| 2.000 / 2.500 / 4.000 ms | 1.250x |",
+        '| graphs | - | {"other": 1} | - | - |',
+    ]
+
+
+@NO_CUDA
+@pytest.mark.skipif(
+    not (ROOT / "benchmarks" / "gpu_graph_replay.py").exists(),
+    reason="benchmarks/gpu_graph_replay.py is not in this checkout",
+)
+def test_the_real_graph_replay_script_refuses_without_cuda() -> None:
+    got = gpu_figures.graph_replay_lines(ROOT / "benchmarks" / "gpu_graph_replay.py", [])
+    assert got["status"].startswith("exit") and "CUDA" in got["status"]
+    assert got["lines"] == []
 
 
 def test_mover_bench_baselines_move_the_pages_the_mover_moves() -> None:
