@@ -349,6 +349,7 @@ def graph_replay_lines(script: Path, argv: Sequence[str]) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location(f"benchmarks.{script.stem}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     printed = io.StringIO()
     try:
