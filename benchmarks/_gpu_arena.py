@@ -202,7 +202,7 @@ def _setting_result(
         "num_max_blocks": num_max,
         "moved_blocks": last["moved_blocks"],
         "mover": "triton" if args.device == "cuda" else "torch",
-        "ms": {k: _summary([1e3 * r[f"{k}_s"] for r in timed]) for k in ms},
+        "ms": {k: summary([1e3 * r[f"{k}_s"] for r in timed]) for k in ms},
         "committed_bytes": {k: last[k] for k in (*stages, "after_release_all")}
         | {"plain_pool": plain, "stock": num_orig * sum(setting.page_bytes) + draft_weights},
         "device_used_delta_bytes": None
@@ -215,7 +215,7 @@ def _setting_result(
     }
 
 
-def _summary(values: Sequence[float]) -> dict[str, float]:
+def summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 

@@ -14,6 +14,7 @@ import torch
 
 from benchmarks import gpu_figures
 from benchmarks._gpu_arena import SETTINGS, pool_sizes
+from benchmarks._gpu_work import MoverBench, decode_step, qwen7b_decode_shapes
 from nightjar_ray.memory import arena as arena_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +149,7 @@ def test_mover_bench_baselines_move_the_pages_the_mover_moves() -> None:
     the Triton mover itself: tests/memory/test_kernels_and_arena.py)."""
     from nightjar_ray.memory.kernels import build_block_mover
 
-    bench = gpu_figures.MoverBench(torch.device("cpu"), 8, torch.Generator().manual_seed(0))
+    bench = MoverBench(torch.device("cpu"), 8, torch.Generator().manual_seed(0))
     mover = build_block_mover("torch")
     assert bench.nbytes == 8 * 28 * 32768 == bench.flat_src.numel()
     assert not bench.moves_pages(lambda: None)
@@ -164,11 +165,8 @@ def test_decode_step_and_draft_shapes() -> None:
     from benchmarks._gpu_arena import QWEN05B_BF16_BYTES, qwen05b_shapes
 
     meta = torch.device("meta")
-    weights = [
-        torch.empty(s, dtype=torch.bfloat16, device=meta)
-        for s in gpu_figures.qwen7b_decode_shapes()
-    ]
+    weights = [torch.empty(s, dtype=torch.bfloat16, device=meta) for s in qwen7b_decode_shapes()]
     x = torch.empty(32, 3584, dtype=torch.bfloat16, device=meta)
-    assert gpu_figures.decode_step(x, weights).shape == (32, 152064)
+    assert decode_step(x, weights).shape == (32, 152064)
     assert sum(math.prod(s) for s in qwen05b_shapes()) == 494_032_768
     assert QWEN05B_BF16_BYTES == 2 * 494_032_768
