@@ -374,8 +374,10 @@ def markdown_rows(result: dict[str, Any]) -> list[str]:
         elif name == "arena":
             rows += arena_rows(fig)
         elif name == "mover":
-            r = fig["ratio_to_copy"]["triton mover"]
+            r, ms = fig["ratio_to_copy"]["triton mover"], fig["ms"]
             rows.append(f"| mover | 7B pages | Triton / copy_ | {r['median']:.3f} | >= 0.8 |")
+            vs_index = ms["index_copy_"] / ms["triton mover"]
+            rows.append(f"| mover | 7B pages | Triton / index_copy_ | {vs_index:.3f} | - |")
         elif name == "reload":
             s = fig["slowdown"]["median"]
             rows.append(f"| reload | 0.5B bf16 | decode loop slowdown | {100 * s:.1f}% | <= 5% |")

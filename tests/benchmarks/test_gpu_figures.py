@@ -170,3 +170,15 @@ def test_decode_step_and_draft_shapes() -> None:
     assert decode_step(x, weights).shape == (32, 152064)
     assert sum(math.prod(s) for s in qwen05b_shapes()) == 494_032_768
     assert QWEN05B_BF16_BYTES == 2 * 494_032_768
+
+
+def test_mover_result_renders() -> None:
+    """The mover figure's result, from per-round times, renders as its two rows."""
+    names = ["copy_", "copy_ (A/A)", "index_copy_", "triton mover", "torch mover"]
+    times = dict(zip(names, ([1.0, 1.0], [1.0, 1.0], [3.0, 3.0], [1.25, 1.25], [4.0, 4.0])))
+    result = gpu_figures._mover_result(times, 1 << 30, 2048, True)
+    assert result["ratio_to_copy"]["triton mover"]["median"] == 0.8
+    assert gpu_figures.markdown_rows({"figures": {"mover": result}}) == [
+        "| mover | 7B pages | Triton / copy_ | 0.800 | >= 0.8 |",
+        "| mover | 7B pages | Triton / index_copy_ | 2.400 | - |",
+    ]
