@@ -174,8 +174,13 @@ def test_decode_step_and_draft_shapes() -> None:
 
 def test_mover_result_renders() -> None:
     """The mover figure's result, from per-round times, renders as its two rows."""
-    names = ["copy_", "copy_ (A/A)", "index_copy_", "triton mover", "torch mover"]
-    times = dict(zip(names, ([1.0, 1.0], [1.0, 1.0], [3.0, 3.0], [1.25, 1.25], [4.0, 4.0])))
+    times = {
+        "copy_": [1.0, 1.0],
+        "copy_ (A/A)": [1.0, 1.0],
+        "index_copy_": [3.0, 3.0],
+        "triton mover": [1.25, 1.25],
+        "torch mover": [4.0, 4.0],
+    }
     result = gpu_figures._mover_result(times, 1 << 30, 2048, True)
     assert result["ratio_to_copy"]["triton mover"]["median"] == 0.8
     assert gpu_figures.markdown_rows({"figures": {"mover": result}}) == [
