@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
 .PHONY: demo test tools lint typecheck generate unit unit-shuffled bench-research bench-policy \
-	bench-sim bench-sim-seeds bench-engine profile-switch-cost clean
+	bench-sim bench-sim-seeds bench-engine profile-switch-cost gpu-figures clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,12 @@ bench-sim-seeds: $(VENV)/.installed-dev
 	for d in sharegpt specbench; do \
 		$(SIM) --setting a100-13b --dataset $$d --trace-only --seeds 0,1,2,3,4 \
 			--contenders nightjar,$(SIM_STATICS),fixed-5; done
+
+# Issue 41's four GPU figures (docs/benchmarks.md, "GPU figures (issue 41)"), one command on
+# a GPU machine whose python has PyTorch, Triton and cuda-bindings; no vLLM, no network, so
+# no virtualenv here. Without CUDA it refuses (exit 2).
+gpu-figures:
+	$(PYTHON) benchmarks/gpu_figures.py --out $(RESULTS)/gpu-figures.json --markdown
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
