@@ -64,9 +64,12 @@ def apply_block_moves(
     mover: BlockMover,
     moves: Mapping[int, int],
     kv_indices: Sequence[int] | None = None,
+    *,
+    remap: bool = True,
 ) -> int:
     """Steps 1 and 2 of the module docstring on this rank; returns changed table entries.
-    ``kv_indices``: move only these of ``model_runner.kv_caches`` (default: all)."""
+    ``kv_indices``: move only these of ``model_runner.kv_caches`` (default: all);
+    ``remap=False`` skips step 2 (``TestingConfig.fault_wrong_block_remap``)."""
     if not moves:
         return 0
     kv_caches = list(model_runner.kv_caches)
@@ -77,4 +80,4 @@ def apply_block_moves(
             tuple(layout.page_bytes[i] for i in kv_indices),
         )
     mover(layout, buffer, moves)
-    return remap_block_tables(model_runner, moves)
+    return remap_block_tables(model_runner, moves) if remap else 0
