@@ -16,7 +16,9 @@ from nightjar_ray.cli.dashboards import credential_of
 from nightjar_ray.cli.main import build_parser, main
 from nightjar_ray.workload.trace import TRACE_ENV
 
-PRODUCT_COMMANDS = ("demo", "loadgen", "bench-serve", "chaos", "soak", "dashboards", "simulate")
+PRODUCT_COMMANDS = (
+    "demo", "loadgen", "bench-serve", "chaos", "soak", "dashboards", "simulate", "selfcheck"
+)  # fmt: skip
 RESEARCH_COMMANDS = ("policy-table", "policy-regret", "bench-policy", "profile-switch-cost")
 NO_HELP_NEEDED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)
 

@@ -20,12 +20,13 @@ from nightjar_ray.cli import (
     dashboards,
     demo,
     loadgen,
+    selfcheck,
     simulate,
     soak,
 )
 from nightjar_ray.cli.args import HelpFormatter, UsageError, all_parsers
 
-COMMANDS = (demo, loadgen, bench_serve, chaos, soak, dashboards, simulate)
+COMMANDS = (demo, loadgen, bench_serve, chaos, soak, dashboards, simulate, selfcheck)
 DISTRIBUTION = "nightjar-ray"
 EXTRA_BY_MODULE = {
     "vllm": "cpu] or [gpu",
