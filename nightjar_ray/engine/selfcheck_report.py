@@ -255,8 +255,11 @@ def event_latencies(worker: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {k: {"count": n, "mean_s": s / n if n else 0.0} for k, (n, s) in count_s.items()}
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+def _duration(seconds: float) -> str:
+    """Milliseconds from 1 ms up, microseconds below (4 significant digits)."""
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds * 1e6:.4g} us"
 
 
 def latency_line(name: str, worker: dict[str, Any]) -> CheckLine:
@@ -269,12 +272,14 @@ def latency_line(name: str, worker: dict[str, Any]) -> CheckLine:
         paper_s = PAPER_TABLE6_S.get(kind)
         if paper_s is not None:
             figure |= {"paper_s": paper_s, "ratio": figure["mean_s"] / paper_s}
-        text = f"{kind} {_ms(figure['mean_s'])}"
-        parts.append(text + (f" ({figure['ratio']:.3g}x paper {_ms(paper_s)})" if paper_s else ""))
+        text = f"{kind} {_duration(figure['mean_s'])}"
+        parts.append(
+            text + (f" ({figure['ratio']:.3g}x paper {_duration(paper_s)})" if paper_s else "")
+        )
         if not figure["count"]:
             failures.append(f"no {kind} event ran")
         elif figure["mean_s"] > ABSURD_EVENT_S:
-            failures.append(f"{kind} took {_ms(figure['mean_s'])} (> {ABSURD_EVENT_S:g} s)")
+            failures.append(f"{kind} took {_duration(figure['mean_s'])} (> {ABSURD_EVENT_S:g} s)")
     detail = "; ".join(failures) if failures else ", ".join(parts)
     return CheckLine(name, not failures, detail, latencies)
 
