@@ -19,6 +19,7 @@ Scripts that call :func:`run_selfcheck` need the ``if __name__ == "__main__":`` 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -178,12 +179,17 @@ def _nightjar(setup: SelfCheckSetup, testing: dict[str, Any], **config: Any) -> 
     return NightjarConfig(testing=merged, **config)
 
 
+def _engine(setup: SelfCheckSetup, config: NightjarConfig) -> AbstractContextManager[Any]:
+    """A Nightjar engine of the setup, shut down on exit."""
+    return offline_engine(
+        setup.models, config, spec_extra=setup.spec_extra(), **setup.engine_kwargs()
+    )
+
+
 def check_lossless(setup: SelfCheckSetup, reference: Reference) -> CheckLine:
     """The product's default policy."""
     config = _nightjar(setup, {})
-    with offline_engine(
-        setup.models, config, spec_extra=setup.spec_extra(), **setup.engine_kwargs()
-    ) as llm:
+    with _engine(setup, config) as llm:
         outputs = run_batch(llm, reference.prompts, setup.max_tokens).token_ids
     return lossless_line("lossless", outputs, reference.token_ids)
 
@@ -192,9 +198,7 @@ def check_gamma_schedule(setup: SelfCheckSetup, reference: Reference) -> CheckLi
     """``gamma_schedule()`` forced, 3 steps per entry."""
     schedule = setup.gamma_schedule()
     config = _nightjar(setup, {"forced_gammas": schedule, "forced_steps_per_gamma": 3})
-    with offline_engine(
-        setup.models, config, spec_extra=setup.spec_extra(), **setup.engine_kwargs()
-    ) as llm:
+    with _engine(setup, config) as llm:
         outputs = run_batch(llm, reference.prompts, setup.max_tokens).token_ids
         stats = draft_stats(llm)
     return gamma_schedule_line("gamma-schedule", outputs, reference.token_ids, stats, schedule)
@@ -206,9 +210,7 @@ def check_elastic(setup: SelfCheckSetup, reference: Reference) -> list[CheckLine
     elastic-cycles and event-latency lines."""
     testing = {"forced_gammas": [0, setup.num_speculative_tokens], "forced_steps_per_gamma": 6}
     config = _nightjar(setup, {**testing, "self_check": True}, elastic_memory=ELASTIC)
-    with offline_engine(
-        setup.models, config, spec_extra=setup.spec_extra(), **setup.engine_kwargs()
-    ) as llm:
+    with _engine(setup, config) as llm:
         runs = [run_batch(llm, reference.prompts, setup.max_tokens).token_ids for _ in range(2)]
         ranks: list[dict[str, Any]] = llm.collective_rpc("nightjar_memory_stats")
     return [
