@@ -25,6 +25,7 @@ PRODUCT_COMMANDS = (
     "dashboards",
     "simulate",
     "profile-switch-cost",
+    "selfcheck",
 )
 RESEARCH_COMMANDS = ("policy-table", "policy-regret", "bench-policy")
 NO_HELP_NEEDED = (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)

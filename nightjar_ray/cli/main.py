@@ -21,12 +21,23 @@ from nightjar_ray.cli import (
     demo,
     loadgen,
     profile_switch_cost,
+    selfcheck,
     simulate,
     soak,
 )
 from nightjar_ray.cli.args import HelpFormatter, UsageError, all_parsers
 
-COMMANDS = (demo, loadgen, bench_serve, chaos, soak, dashboards, simulate, profile_switch_cost)
+COMMANDS = (
+    demo,
+    loadgen,
+    bench_serve,
+    chaos,
+    soak,
+    dashboards,
+    simulate,
+    profile_switch_cost,
+    selfcheck,
+)
 DISTRIBUTION = "nightjar-ray"
 EXTRA_BY_MODULE = {
     "vllm": "cpu] or [gpu",

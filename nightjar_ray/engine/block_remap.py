@@ -48,9 +48,12 @@ def apply_block_moves(
     arena: KVArena,
     moves: Mapping[int, int],
     layers: Sequence[int] | None = None,
+    *,
+    remap: bool = True,
 ) -> int:
     """Steps 1 and 2 of the module docstring on this rank; returns changed table entries.
-    ``layers``: move only these arena layers (default: all)."""
+    ``layers``: move only these arena layers (default: all); ``remap=False`` skips step 2
+    (``TestingConfig.fault_wrong_block_remap``)."""
     if not moves:
         return 0
     layout = arena.layout
@@ -60,4 +63,4 @@ def apply_block_moves(
             tuple(layout.page_bytes[i] for i in layers),
         )
     mover(layout, arena.buffer, moves)
-    return remap_block_tables(model_runner, moves)
+    return remap_block_tables(model_runner, moves) if remap else 0

@@ -35,8 +35,25 @@ CPU_DEFAULTS: dict[str, Any] = {
 """Engine defaults on the 2-core CPU machines (eager: startup in ~20 s)."""
 
 
+@dataclass(frozen=True)
+class ModelSources:
+    """A target and its draft as vLLM loads them (local directories or model ids),
+    computed in ``dtype`` (vLLM's names; ``auto``: the checkpoint's)."""
+
+    target: str
+    draft: str
+    dtype: str = "auto"
+
+    @classmethod
+    def of(cls, pair: ModelPair | ModelSources) -> ModelSources:
+        """``pair`` as sources (a generated pair: its directories, in its dtype)."""
+        if isinstance(pair, ModelSources):
+            return pair
+        return cls(str(pair.target_dir), str(pair.draft_dir), pair.spec.dtype)
+
+
 def engine_kwargs(
-    pair: ModelPair,
+    pair: ModelPair | ModelSources,
     nightjar: NightjarConfig | None,
     *,
     method: str = "draft_model",
@@ -52,10 +69,11 @@ def engine_kwargs(
     """
     # NOTE: vLLM's dtype "auto" downcasts float32 checkpoints to bfloat16 on x86
     # CPUs, so a float32 pair must name its dtype to be computed in float32.
-    kwargs = {**CPU_DEFAULTS, "dtype": pair.spec.dtype, **overrides, "model": str(pair.target_dir)}
+    sources = ModelSources.of(pair)
+    kwargs = {**CPU_DEFAULTS, "dtype": sources.dtype, **overrides, "model": sources.target}
     spec: dict[str, Any] = {"method": method, **(spec_extra or {})}
     if method == "draft_model":
-        spec["model"] = str(pair.draft_dir)
+        spec["model"] = sources.draft
     elif method == "ngram":
         spec.update(prompt_lookup_max=3, prompt_lookup_min=1)
     if nightjar is not None:
@@ -67,7 +85,7 @@ def engine_kwargs(
 
 @contextmanager
 def offline_engine(
-    pair: ModelPair, nightjar: NightjarConfig | None = None, **kwargs: Any
+    pair: ModelPair | ModelSources, nightjar: NightjarConfig | None = None, **kwargs: Any
 ) -> Iterator[Any]:
     """A started ``vllm.LLM``, shut down on exit (frees its processes)."""
     from vllm import LLM

@@ -64,6 +64,14 @@ class TestingConfig(BaseModel):
             "KV + draft bytes after every step (costs time)."
         ),
     )
+    fault_wrong_block_remap: bool = Field(
+        default=False,
+        description=(
+            "A fault that breaks losslessness, for the self-check's own tests: every "
+            "contraction copies the moved KV pages but leaves the block tables on the old "
+            "ids, in the region it gives back, so requests read KV that is not theirs."
+        ),
+    )
     skip_catch_up: bool = Field(
         default=False,
         description=(

@@ -70,6 +70,7 @@ class WorkerMemory:
                 prepack=prepack,
             )
         self.self_check = testing.self_check
+        self.fault_wrong_block_remap = testing.fault_wrong_block_remap
         self.peak_committed_bytes = 0
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
@@ -98,7 +99,12 @@ class WorkerMemory:
         if event.moves:
             layers = self.target_positions if self._draft_away else None
             self.num_remapped_entries += apply_block_moves(
-                self.runner, self.mover, self.arena, event.moves, layers
+                self.runner,
+                self.mover,
+                self.arena,
+                event.moves,
+                layers,
+                remap=not self.fault_wrong_block_remap,
             )
             self.num_moved_blocks += len(event.moves)
         if event.release is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from nightjar_ray.engine.offline import random_prompts
+from nightjar_ray.engine.selfcheck import LOAD_PROMPT_LENGTHS
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair, generate_pair
 
 PROMPT_LENGTHS = (5, 17, 40, 90, 9, 64)
@@ -38,8 +39,9 @@ SPEC_EXTRA = {"num_speculative_tokens": 3}
 TP2_SPEC = {**SPEC_EXTRA, "draft_tensor_parallel_size": 2}
 TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 """One core per rank."""
-LENGTHS = (40, 90, 17, 64, 33, 75, 50, 88, 21, 60, 45, 70, 12, 80, 36, 55, 27, 66, 8, 95)
-"""Prompt lengths of the tight-pool tests: more requests than the pool holds at once."""
+LENGTHS = LOAD_PROMPT_LENGTHS
+"""Prompt lengths of the tight-pool tests (the self-check's): more requests than the pool
+holds at once."""
 
 
 @pytest.fixture(scope="session")
