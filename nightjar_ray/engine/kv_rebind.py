@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from nightjar_ray.memory.arena import KVArena, build_kv_arena
+from nightjar_ray.memory.arena_budget import ArenaBudget, max_rounding_bytes, reserve_bytes
 
 DRAFT_LAYER_PREFIX = "draft_model."
 """vLLM registers the draft model's attention layers under this prefix."""
@@ -160,21 +162,46 @@ def _draft_views(model_runner: Any, kv_caches: list[torch.Tensor]) -> set[int]:
     }
 
 
-def num_max_blocks(plan: KVArenaPlan, draft_bytes: int) -> int:
-    """N_max: blocks the target's layers can hold in the memory stock vLLM gave this
-    rank's KV cache and draft weights together::
-
-        N_max = floor((N_orig * B_full + S_draft) / B_target)
-
-    B_full: bytes of one block over every layer (the draft's included), B_target: over
-    the target's layers only, S_draft: the draft-only weight bytes an offload frees,
-    N_orig: vLLM's block count (the null block included). With the draft away the block pool
-    may hold N_max blocks and the committed bytes stay within stock."""
-    full = sum(plan.page_bytes)
-    target = sum(plan.page_bytes[p] for p in plan.target_layers)
-    if target <= 0 or target == full:
+def arena_budget(plan: KVArenaPlan, draft_bytes: int, unit_bytes: int) -> ArenaBudget:
+    """The plan's arena as the accounting counts it (``memory/arena_budget.py``)."""
+    if not plan.draft_layers or len(plan.draft_layers) == len(plan.page_bytes):
         raise ValueError("elastic memory needs KV layers of both the target and the draft")
-    return (plan.num_blocks * full + draft_bytes) // target
+    return ArenaBudget(plan.page_bytes, plan.draft_layers, plan.num_blocks, unit_bytes, draft_bytes)
+
+
+def num_max_blocks(budget: ArenaBudget, num_stock_blocks: int) -> int:
+    """N_max: the most blocks the target's layers can hold, the draft away, while the
+    arena's committed pages (rounded to its units as it commits them) stay within what
+    stock vLLM holds with ``num_stock_blocks`` blocks and the draft's weights::
+
+        expanded_bytes(N_max) <= num_stock_blocks * B_full + S_draft
+
+    about ``floor((N_stock * B_full + S_draft) / B_target)`` less the rounding.
+    ``num_stock_blocks``: stock vLLM's block count for this configuration (``N_orig``
+    plus the blocks reserved for the rounding, ``kv_reserve_bytes``)."""
+    return budget.largest_num_max_blocks(budget.stock_bytes(num_stock_blocks))
+
+
+def spec_arena_pages(specs: Iterable[Any], layer_view_order: Sequence[int]) -> list[int]:
+    """Per arena layer, the page bytes the rebind will make of vLLM's per-layer KV specs
+    (``page_size_bytes``, ``num_heads``, ``num_states``) under a layout whose per-layer
+    view ``[B, H, N, C]`` lies in ``layer_view_order`` (vLLM's ``KVCacheLayout``):
+    dimensions physically before B split a layer into that many arena layers."""
+    outer = tuple(layer_view_order)[: tuple(layer_view_order).index(0)]
+    pages: list[int] = []
+    for spec in specs:
+        sizes = {1: spec.num_heads, 2: spec.num_states, 3: spec.state_content_size_bytes}
+        splits = math.prod(sizes[d] for d in outer)
+        pages += [spec.page_size_bytes // splits] * splits
+    return pages
+
+
+def kv_reserve_bytes(specs: Sequence[Any], layer_view_order: Sequence[int], unit: int) -> int:
+    """KV memory to take from what vLLM sizes its blocks with, so that the arena's
+    rounding to ``unit`` bytes fits in it: the largest rounding of the arena layers
+    (``max_rounding_bytes``) in whole blocks (B_full: every layer's page)."""
+    pages = spec_arena_pages(specs, layer_view_order)
+    return reserve_bytes(max_rounding_bytes(pages, unit), sum(pages))
 
 
 def rebind_kv_to_arena(

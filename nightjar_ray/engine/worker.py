@@ -9,6 +9,7 @@ Statistics are read with ``llm.collective_rpc("nightjar_draft_stats")``.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -20,9 +21,13 @@ from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.cpu_kernels import register_cpu_kernel_fixes
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
+from nightjar_ray.engine.kv_rebind import kv_reserve_bytes
 from nightjar_ray.engine.messages import WorkerReport, attach_worker_report, read_step_message
 from nightjar_ray.engine.onednn_cache import bound_onednn_cache
 from nightjar_ray.engine.worker_memory import WorkerMemory
+from nightjar_ray.memory.arena import arena_unit_bytes
+
+logger = logging.getLogger(__name__)
 
 
 class _NightjarWorkerMixin:
@@ -34,6 +39,35 @@ class _NightjarWorkerMixin:
     _memory: WorkerMemory | None = None
     _scheduler_stats: dict[str, Any] | None = None
     _prepack: PrepackCapture | None = None
+    _kv_reserve_bytes: int = 0
+    """KV memory held back from vLLM for the arena's rounding (``determine_available_memory``)."""
+
+    def determine_available_memory(self) -> int:
+        """vLLM's KV memory less, with an arena to come, the blocks its rounding to the
+        device's commit unit may take (``kv_rebind.kv_reserve_bytes``): vLLM then sizes
+        fewer blocks, and the arena's commit stays within stock vLLM's KV buffer."""
+        available = int(super().determine_available_memory())  # type: ignore[misc]
+        self._kv_reserve_bytes = self._arena_reserve_bytes()
+        return available - self._kv_reserve_bytes
+
+    def _arena_reserve_bytes(self) -> int:
+        config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
+        cache = self.vllm_config.cache_config
+        if self.vllm_config.speculative_config is None or not config.moves_memory:
+            return 0
+        if cache.num_gpu_blocks_override is not None:
+            return 0  # the block count is fixed; WorkerMemory checks the arena still fits
+        specs = list(self.model_runner.get_kv_cache_spec().values())
+        order = cache.get_resolved_kv_cache_layout().layer_view_order
+        unit = arena_unit_bytes(self.model_runner.device)
+        reserve = kv_reserve_bytes(specs, order, unit)
+        logger.info(
+            "nightjar memory: %d bytes of KV memory held back for the arena's rounding "
+            "to %d-byte units",
+            reserve,
+            unit,
+        )
+        return reserve
 
     def _capture_prepacked_draft(self) -> None:
         """Before loading: if the draft may be offloaded, keep the weights vLLM's CPU
@@ -62,6 +96,7 @@ class _NightjarWorkerMixin:
                 self._nightjar_sync,
                 self._prepack,
                 config.testing,
+                self._kv_reserve_bytes,
             )
 
     def _install_memory_before_graphs(self) -> None:
@@ -72,7 +107,12 @@ class _NightjarWorkerMixin:
         config = NightjarConfig.from_additional_config(self.vllm_config.additional_config)
         if config.moves_memory:
             self._memory = WorkerMemory(
-                self.model_runner, config.elastic_memory, None, self._prepack, config.testing
+                self.model_runner,
+                config.elastic_memory,
+                None,
+                self._prepack,
+                config.testing,
+                self._kv_reserve_bytes,
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -27,9 +27,17 @@ from nightjar_ray.engine.config import ElasticMemoryConfig
 from nightjar_ray.engine.draft_offload import DraftOffloader
 from nightjar_ray.engine.draft_prepack import PrepackCapture
 from nightjar_ray.engine.draft_sync import DraftSync
-from nightjar_ray.engine.kv_rebind import num_max_blocks, plan_kv_arena, rebind_kv_to_arena
+from nightjar_ray.engine.kv_rebind import (
+    KVArenaPlan,
+    arena_budget,
+    num_max_blocks,
+    plan_kv_arena,
+    rebind_kv_to_arena,
+)
 from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
 from nightjar_ray.engine.testing_config import TestingConfig
+from nightjar_ray.memory.arena import arena_unit_bytes
+from nightjar_ray.memory.arena_budget import ArenaBudget
 from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
 
@@ -44,7 +52,10 @@ class WorkerMemory:
         sync: DraftSync | None,
         prepack: PrepackCapture | None = None,
         testing: TestingConfig | None = None,
+        reserve_bytes: int = 0,
     ) -> None:
+        """``reserve_bytes``: KV memory the worker held back from vLLM for the arena's
+        rounding (``kv_rebind.kv_reserve_bytes``; 0 when none was)."""
         testing = testing or TestingConfig()
         self.runner = model_runner
         self.sync = sync
@@ -52,7 +63,8 @@ class WorkerMemory:
         self.num_moved_blocks = 0
         self.num_remapped_entries = 0
         self.num_released_bytes = 0
-        self.stock_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
+        self.pool_kv_bytes = sum(kv.nbytes for kv in model_runner.kv_caches)
+        """The KV buffer vLLM allocated: N_orig blocks (the reserve taken out)."""
         plan = plan_kv_arena(model_runner)
         self.num_stock_blocks = plan.num_blocks
         self.num_blocks = self.num_stock_blocks
@@ -74,9 +86,12 @@ class WorkerMemory:
         self.peak_committed_bytes = 0
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
-        self.num_max_blocks = (
-            num_max_blocks(plan, draft_bytes) if config.enabled else self.num_stock_blocks
+        unit = arena_unit_bytes(model_runner.kv_caches[0].device)
+        self.stock_kv_bytes, self.num_max_blocks = _size_arena(
+            plan, config.enabled, draft_bytes, unit, reserve_bytes
         )
+        """Stock vLLM's KV buffer for this configuration (the pool plus the reserve) and
+        N_max (the stock pool without elastic memory)."""
         self.arena = rebind_kv_to_arena(model_runner, plan, self.num_max_blocks)
         if self.arena.device.type == "cuda":
             torch.cuda.empty_cache()  # the stock KV buffer back to the driver first
@@ -189,6 +204,7 @@ class WorkerMemory:
             "num_moved_blocks": self.num_moved_blocks,
             "num_remapped_entries": self.num_remapped_entries,
             "stock_kv_bytes": self.stock_kv_bytes,
+            "pool_kv_bytes": self.pool_kv_bytes,
             "num_stock_blocks": self.num_stock_blocks,
             "num_max_blocks": self.num_max_blocks,
             "num_blocks": self.num_blocks,
@@ -200,3 +216,31 @@ class WorkerMemory:
             "num_released_bytes": self.num_released_bytes,
             "draft": self.offloader.stats.to_json() if self.offloader else {},
         }
+
+
+def _size_arena(
+    plan: KVArenaPlan, enabled: bool, draft_bytes: int, unit_bytes: int, reserve_bytes: int
+) -> tuple[int, int]:
+    """Stock vLLM's KV bytes (N_orig plus the reserved blocks) and N_max (``N_orig``
+    unless ``enabled``); ``ValueError`` when the arena's baseline would exceed stock."""
+    budget = ArenaBudget(plan.page_bytes, plan.draft_layers, plan.num_blocks, unit_bytes, 0)
+    if enabled:
+        budget = arena_budget(plan, draft_bytes, unit_bytes)
+    num_stock_blocks = plan.num_blocks + reserve_bytes // budget.block_bytes
+    num_max = num_max_blocks(budget, num_stock_blocks) if enabled else plan.num_blocks
+    _check_baseline(budget, num_max, num_stock_blocks * budget.block_bytes)
+    return num_stock_blocks * budget.block_bytes, num_max
+
+
+def _check_baseline(budget: ArenaBudget, num_slot_blocks: int, stock_kv_bytes: int) -> None:
+    """``ValueError`` unless the arena's commit of the stock pool fits in stock vLLM's
+    KV buffer."""
+    baseline = budget.baseline_bytes(num_slot_blocks)
+    if baseline > stock_kv_bytes:
+        raise ValueError(
+            f"elastic memory: the KV arena would commit {baseline} bytes for "
+            f"{budget.num_blocks} blocks (rounded to {budget.unit_bytes}-byte units), more "
+            f"than stock vLLM's {stock_kv_bytes} (the KV memory held back for the rounding "
+            "does not cover it; with num_gpu_blocks_override none can be held back: size "
+            "the KV cache with kv_cache_memory_bytes or gpu_memory_utilization instead)"
+        )

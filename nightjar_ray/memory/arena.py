@@ -33,7 +33,8 @@ from typing import Protocol
 
 import torch
 
-from nightjar_ray.memory.arena_layout import arena_layout, check_blocks, round_down, round_up
+from nightjar_ray.memory.arena_layout import arena_layout, block_units, check_blocks
+from nightjar_ray.memory.arena_units import round_up
 from nightjar_ray.memory.kernels import PageLayout
 
 MAP_NORESERVE = 0x4000
@@ -89,10 +90,11 @@ class KVArena(Protocol):
 class CPUKVArena:
     """The CPU :class:`KVArena`: an anonymous ``MAP_NORESERVE`` mapping, committed with
     ``madvise(MADV_POPULATE_WRITE)`` (a no-op before Linux 5.14: pages commit on first
-    write) and released with ``madvise(MADV_DONTNEED)``."""
+    write) and released with ``madvise(MADV_DONTNEED)``, in OS pages; each layer's
+    slots start on an OS page (``memory/arena_units.py``)."""
 
     def __init__(self, page_bytes: Sequence[int], num_slot_blocks: int) -> None:
-        self.layout, self.num_bytes = arena_layout(page_bytes, num_slot_blocks)
+        self.layout, self.num_bytes = arena_layout(page_bytes, num_slot_blocks, mmap.PAGESIZE)
         self.num_slot_blocks = num_slot_blocks
         self.device = torch.device("cpu")
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_NORESERVE
@@ -115,14 +117,13 @@ class CPUKVArena:
         newly resident (``mincore``, so a page only read before counts as resident)."""
         committed = 0
         for layer in check_blocks(self, layers, start_block, end_block):
-            offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
-            lo = round_down(offset + start_block * page, mmap.PAGESIZE)
-            hi = min(round_up(offset + end_block * page, mmap.PAGESIZE), self.num_bytes)
-            if hi <= lo:
+            units = block_units(self, layer, (start_block, end_block), mmap.PAGESIZE, False)
+            if not units:
                 continue
-            before = resident_bytes(self.address + lo, hi - lo)
-            self._populate(lo, hi - lo)
-            committed += resident_bytes(self.address + lo, hi - lo) - before
+            lo, length = units.start * mmap.PAGESIZE, len(units) * mmap.PAGESIZE
+            before = resident_bytes(self.address + lo, length)
+            self._populate(lo, length)
+            committed += resident_bytes(self.address + lo, length) - before
         return committed
 
     def _populate(self, start: int, length: int) -> None:
@@ -141,12 +142,11 @@ class CPUKVArena:
         released. Partial OS pages at the edges stay committed."""
         released = 0
         for layer in check_blocks(self, layers, start_block, end_block):
-            offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
-            lo = round_up(offset + start_block * page, mmap.PAGESIZE)
-            hi = round_down(offset + end_block * page, mmap.PAGESIZE)
-            if hi > lo:
-                self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-                released += hi - lo
+            units = block_units(self, layer, (start_block, end_block), mmap.PAGESIZE, True)
+            if units:
+                length = len(units) * mmap.PAGESIZE
+                self._map.madvise(mmap.MADV_DONTNEED, units.start * mmap.PAGESIZE, length)
+                released += length
         return released
 
     def resident_bytes(self) -> int:
@@ -169,6 +169,20 @@ def build_kv_arena(
         from nightjar_ray.memory.cuda_arena import CUDAKVArena
 
         return CUDAKVArena(device, page_bytes, num_slot_blocks)
+    raise ValueError(
+        f"no KV arena for device type {device.type!r}; arenas exist for {KV_ARENA_DEVICE_TYPES}"
+    )
+
+
+def arena_unit_bytes(device: torch.device) -> int:
+    """The commit unit of ``device``'s arena: the OS page on CPU, the allocation
+    granularity ``G`` on CUDA (needs ``cuda-bindings``)."""
+    if device.type == "cpu":
+        return mmap.PAGESIZE
+    if device.type == "cuda":
+        from nightjar_ray.memory.cuda_arena import cuda_granularity_bytes
+
+        return cuda_granularity_bytes(device)
     raise ValueError(
         f"no KV arena for device type {device.type!r}; arenas exist for {KV_ARENA_DEVICE_TYPES}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from nightjar_ray.memory.arena_units import layer_offsets, unit_span
 from nightjar_ray.memory.kernels import PageLayout
 
 
@@ -16,17 +17,21 @@ class ArenaShape(Protocol):
 
 
 def arena_layout(
-    page_bytes: Sequence[int], num_slot_blocks: int, align_bytes: int = 1
+    page_bytes: Sequence[int], num_slot_blocks: int, unit_bytes: int
 ) -> tuple[PageLayout, int]:
-    """Layers back to back, each starting at a multiple of ``align_bytes``; the layout
-    and the reservation's bytes."""
-    if num_slot_blocks < 1 or not page_bytes or min(page_bytes) <= 0:
-        raise ValueError("an arena needs >= 1 layer page of > 0 bytes and >= 1 block")
-    offsets, offset = [], 0
-    for page in page_bytes:
-        offsets.append(offset)
-        offset += round_up(page * num_slot_blocks, align_bytes)
-    return PageLayout(tuple(offsets), tuple(page_bytes)), offset
+    """Layers back to back, each starting at a multiple of the arena's commit unit
+    (``arena_units``); the layout and the reservation's bytes."""
+    offsets, num_bytes = layer_offsets(page_bytes, num_slot_blocks, unit_bytes)
+    return PageLayout(offsets, tuple(page_bytes)), num_bytes
+
+
+def block_units(
+    arena: ArenaShape, layer: int, blocks: tuple[int, int], unit_bytes: int, whole: bool
+) -> range:
+    """The units blocks ``[start, end)`` of ``layer`` touch (``whole``: cover), by the
+    rounding every arena and the accounting share (``arena_units.unit_span``)."""
+    offset, page = arena.layout.layer_offsets_bytes[layer], arena.layout.page_bytes[layer]
+    return unit_span(offset, page, arena.num_slot_blocks, blocks, unit_bytes, whole)
 
 
 def check_blocks(
@@ -44,11 +49,3 @@ def check_blocks(
         if not 0 <= layer < num_layers:
             raise ValueError(f"layer {layer} outside the arena's {num_layers} layers")
     return chosen
-
-
-def round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
-
-
-def round_down(value: int, step: int) -> int:
-    return value // step * step

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from nightjar_ray.memory.arena_layout import arena_layout, check_blocks
+from nightjar_ray.memory.arena_layout import arena_layout, block_units, check_blocks
 
 
 def _driver() -> Any:
@@ -68,6 +68,25 @@ class _DeviceRange:
         }
 
 
+def _allocation_prop(driver: Any, index: int) -> Any:
+    prop = driver.CUmemAllocationProp()
+    prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = index
+    return prop
+
+
+def cuda_granularity_bytes(device: torch.device) -> int:
+    """G: the allocation granularity of ``device`` (the CUDA arena's commit unit)."""
+    driver = _driver()
+    index = torch.cuda.current_device() if device.index is None else device.index
+    torch.zeros(1, device=torch.device("cuda", index))  # the primary context exists
+    minimum = driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+    with torch.cuda.device(index):
+        result = driver.cuMemGetAllocationGranularity(_allocation_prop(driver, index), minimum)
+    return int(_check(driver, result, "cuMemGetAllocationGranularity"))
+
+
 class CUDAKVArena:
     """The CUDA :class:`~nightjar_ray.memory.arena.KVArena` (module docstring)."""
 
@@ -79,18 +98,12 @@ class CUDAKVArena:
         self.device = torch.device("cuda", index)
         torch.cuda.init()
         torch.zeros(1, device=self.device)  # the primary context exists from here on
-        self._prop = driver.CUmemAllocationProp()
-        self._prop.type = driver.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        self._prop.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        self._prop.location.id = index
+        self._prop = _allocation_prop(driver, index)
         self._access = driver.CUmemAccessDesc()
         self._access.location.type = driver.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         self._access.location.id = index
         self._access.flags = driver.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        minimum = driver.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
-        with torch.cuda.device(self.device):
-            granularity = self._call("cuMemGetAllocationGranularity", self._prop, minimum)
-        self.granularity_bytes = int(granularity)
+        self.granularity_bytes = cuda_granularity_bytes(self.device)
         """G: bytes of one physical chunk; each layer's slots start at a multiple of it."""
         self.layout, self.num_bytes = arena_layout(
             page_bytes, num_slot_blocks, self.granularity_bytes
@@ -119,11 +132,7 @@ class CUDAKVArena:
 
     def _chunks(self, layer: int, start_block: int, end_block: int, whole: bool) -> range:
         """Chunks the blocks touch (``whole``: only those wholly inside them)."""
-        offset, page = self.layout.layer_offsets_bytes[layer], self.layout.page_bytes[layer]
-        lo, hi, g = offset + start_block * page, offset + end_block * page, self.granularity_bytes
-        if whole:
-            return range(-(-lo // g), hi // g)
-        return range(lo // g, -(-hi // g)) if hi > lo else range(0)
+        return block_units(self, layer, (start_block, end_block), self.granularity_bytes, whole)
 
     def commit_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
         """Map a zeroed chunk under every unmapped chunk the blocks touch; returns the

@@ -66,3 +66,31 @@ def test_a_corrupted_store_is_caught_by_the_digest(tmp_path: Path) -> None:
     torch.save(saved, store)
     offloader.reload()
     assert not offloader.stats.weights_identical
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to PyTorch")
+def test_cuda_reload_from_pinned_memory_on_a_side_stream_restores_bit_identical_weights() -> None:
+    """On a GPU the store is pinned host memory and the reload copies it back with
+    non-blocking copies on a side stream: the parameters come back on the device, the
+    same objects, bit for bit; the offload frees their device memory."""
+    draft, target = _pair()
+    draft, target = draft.cuda().to(torch.bfloat16), target.cuda().to(torch.bfloat16)
+    draft[1].bias = target.bias
+    params = dict(draft.named_parameters())
+    before = {n: p.detach().clone() for n, p in params.items()}
+    offloader = DraftOffloader(draft, target, verify=True)
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    offloader.offload()
+    assert torch.cuda.memory_allocated() <= allocated - offloader.stats.draft_bytes
+    assert draft[0].weight.numel() == 0 and draft[1].bias.numel() == 64
+    for cycle in range(2):  # the second offload stores the weights the first reload loaded
+        offloader.start_reload()
+        offloader.finish_reload()
+        assert all(p is params[n] for n, p in draft.named_parameters())  # same objects
+        for name, p in draft.named_parameters():
+            assert p.device.type == "cuda" and torch.equal(p.detach(), before[name]), name
+        if cycle == 0:
+            offloader.offload()
+    stats = offloader.stats
+    assert stats.weights_identical and stats.num_verified_reloads == stats.num_reloads == 2

@@ -8,17 +8,22 @@ only reads ``kv_caches``, ``kv_cache_config.num_blocks`` and the attention layer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
 from nightjar_ray.engine.kv_rebind import (
+    arena_budget,
+    kv_reserve_bytes,
     num_max_blocks,
     plan_kv_arena,
     rebind_kv_to_arena,
+    spec_arena_pages,
 )
+from nightjar_ray.memory.arena_budget import ArenaBudget
 from nightjar_ray.memory.kernels import move_blocks_torch
 
 NUM_BLOCKS, BLOCK_SIZE, HEADS, HEAD_DIM = 6, 16, 2, 64
@@ -127,10 +132,69 @@ def test_a_block_written_through_a_view_is_that_blocks_arena_pages(name: str) ->
 
 
 def test_num_max_blocks_counts_the_draft_share_of_every_block() -> None:
+    """Pages of whole OS pages: N_max is the formula; at 2 MiB chunks the rounding comes
+    off it and the expanded commit stays within stock."""
     plan = plan_kv_arena(_runner(_kv_outermost()))
     full, target = 3 * 2 * PAGE_BYTES, 2 * 2 * PAGE_BYTES
-    assert num_max_blocks(plan, draft_bytes=0) == NUM_BLOCKS * full // target
-    assert num_max_blocks(plan, draft_bytes=5 * target) == (NUM_BLOCKS * full) // target + 5
+    page = arena_budget(plan, draft_bytes=0, unit_bytes=PAGE_BYTES)
+    assert num_max_blocks(page, NUM_BLOCKS) == NUM_BLOCKS * full // target
+    page = arena_budget(plan, draft_bytes=5 * target, unit_bytes=PAGE_BYTES)
+    assert num_max_blocks(page, NUM_BLOCKS) == (NUM_BLOCKS * full) // target + 5
+    assert num_max_blocks(page, NUM_BLOCKS + 2) == ((NUM_BLOCKS + 2) * full) // target + 5
+    chunk = arena_budget(plan, draft_bytes=(2 << 20) * 5, unit_bytes=2 << 20)
+    stock = chunk.stock_bytes(NUM_BLOCKS)
+    n_max = num_max_blocks(chunk, NUM_BLOCKS)
+    assert NUM_BLOCKS < n_max < stock // target
+    assert chunk.expanded_bytes(n_max) <= stock < chunk.expanded_bytes(n_max + 1)
+    with pytest.raises(ValueError, match="KV layers of both the target and the draft"):
+        arena_budget(replace(plan, draft_layers=()), 0, PAGE_BYTES)
+
+
+def _spec(heads: int, head_dim: int, block_size: int = 16) -> Any:
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return FullAttentionSpec(
+        block_size=block_size, num_kv_heads=heads, head_size=head_dim, dtype=torch.bfloat16
+    )
+
+
+def _layout(name: str) -> tuple[int, ...]:
+    from vllm.v1.kv_cache_interface import KVCacheLayout
+
+    return tuple(KVCacheLayout[name].layer_view_order)
+
+
+def test_spec_pages_split_per_head_only_where_heads_lie_outside_the_block() -> None:
+    specs = [_spec(4, 128)] * 2 + [_spec(2, 64)]  # 32 KiB target pages, 8 KiB draft
+    assert spec_arena_pages(specs, _layout("LBNHC")) == [32 << 10, 32 << 10, 8 << 10]
+    assert spec_arena_pages(specs, _layout("LBHNC")) == [32 << 10, 32 << 10, 8 << 10]
+    assert spec_arena_pages(specs, _layout("LHBNC")) == [8 << 10] * 8 + [4 << 10] * 2
+
+
+@pytest.mark.parametrize(("target_layers", "heads"), [(28, 4), (64, 4)], ids=["7B", "32B-TP2-rank"])
+@pytest.mark.parametrize("unit", [4096, 2 << 20], ids=["cpu-page", "cuda-2MiB"])
+def test_the_reserve_keeps_baseline_and_expansion_within_stock_vllm(
+    target_layers: int, heads: int, unit: int
+) -> None:
+    """Qwen2.5 shapes beside a 0.5B draft (24 layers, 2 KV heads of 64, its page raised
+    to the target's as vLLM unifies them), bf16, 16-token blocks: for KV budgets that
+    put N_orig * page at every residue of the unit, vLLM's block count from the budget
+    less the reserve keeps the arena at start within stock vLLM's KV buffer, and N_max
+    keeps the expanded arena within stock's KV buffer plus the draft's weights."""
+    specs = [_spec(heads, 128)] * (target_layers + 24)
+    pages = spec_arena_pages(specs, _layout("LBNHC"))
+    full = sum(pages)
+    reserve = kv_reserve_bytes(specs, _layout("LBNHC"), unit)
+    assert reserve % full == 0 and reserve // full <= -(-len(pages) * unit // full)
+    draft = tuple(range(target_layers, len(pages)))
+    for available in range(40 << 30, (40 << 30) + 64 * full, full):
+        n_stock = available // full
+        n_orig = (available - reserve) // full  # what vLLM sizes from the reported bytes
+        budget = ArenaBudget(tuple(pages), draft, n_orig, unit, draft_bytes=988 << 20)
+        n_max = num_max_blocks(budget, n_orig + reserve // full)
+        assert n_orig + reserve // full == n_stock
+        assert budget.baseline_bytes(n_max) <= n_stock * full
+        assert budget.expanded_bytes(n_max) <= budget.stock_bytes(n_stock)
 
 
 def test_block_outermost_and_foreign_layouts_are_refused() -> None:

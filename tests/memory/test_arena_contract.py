@@ -14,7 +14,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from nightjar_ray.memory.arena import KV_ARENA_DEVICE_TYPES, KVArena, build_kv_arena
+from nightjar_ray.memory.arena import (
+    KV_ARENA_DEVICE_TYPES,
+    KVArena,
+    arena_unit_bytes,
+    build_kv_arena,
+)
+from nightjar_ray.memory.arena_budget import ArenaBudget
 
 NUM_SLOT_BLOCKS = 16
 
@@ -173,3 +179,26 @@ def test_build_kv_arena_refuses_devices_without_an_arena() -> None:
         build_kv_arena(torch.device("meta"), [4096], 4)
     with pytest.raises(ValueError, match=">= 1 layer page of > 0 bytes"):
         build_kv_arena(torch.device("cpu"), [0], 4)
+
+
+def test_resident_bytes_are_what_the_budget_predicts(device: torch.device) -> None:
+    """The arena's own count after the start's commit of ``[0, N_orig)`` of every layer
+    and after an expansion (the draft layer released, the target's region committed) is
+    what ``arena_budget`` predicts, and the expansion stays within stock (N_orig blocks
+    of every layer plus the draft's weights)."""
+    unit = arena_unit_bytes(device)
+    assert unit == _unit_bytes(device)
+    pages, n_orig = (2 * unit, 3 * unit // 2, unit // 4 + 64), 5  # the last: the draft's
+    budget = ArenaBudget(pages, (2,), n_orig, unit, draft_bytes=3 * unit)
+    n_max = budget.largest_num_max_blocks(budget.stock_bytes(n_orig))
+    arena = build_kv_arena(device, pages, n_max)
+    try:
+        arena.commit_blocks(range(3), 0, n_orig)
+        assert arena.resident_bytes() == budget.baseline_bytes(n_max)
+        arena.release_blocks([2], 0, n_max)
+        arena.commit_blocks([0, 1], n_orig, n_max)
+        assert arena.resident_bytes() == budget.expanded_bytes(n_max)
+        assert budget.expanded_bytes(n_max) <= budget.stock_bytes(n_orig)
+        assert n_max > n_orig
+    finally:
+        arena.close()
