@@ -56,7 +56,7 @@ class WorkerMemory:
         """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
         self.offloader: DraftOffloader | None = None
-        if (config.enabled or testing.chaos_offload_steps) and hasattr(drafter, "model"):
+        if (config.on or testing.chaos_offload_steps) and hasattr(drafter, "model"):
             self.offloader = DraftOffloader(
                 drafter.model,
                 model_runner.model,
@@ -69,7 +69,7 @@ class WorkerMemory:
         """With ``self_check``: the most KV arena + draft weight bytes committed after a step."""
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
         self.num_max_blocks = (
-            num_max_blocks(model_runner, draft_bytes) if config.enabled else self.num_stock_blocks
+            num_max_blocks(model_runner, draft_bytes) if config.on else self.num_stock_blocks
         )
         self.arena, self.draft_positions = rebind_kv_to_arena(model_runner, self.num_max_blocks)
         pages = self.arena.layout.page_bytes

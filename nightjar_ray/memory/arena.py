@@ -31,13 +31,13 @@ from typing import Protocol
 
 import torch
 
+from nightjar_ray.memory.elastic_mode import KV_ARENA_DEVICE_TYPES as KV_ARENA_DEVICE_TYPES
+
+# (re-exported: device types with a KVArena, defined where torch-free code reads them)
 from nightjar_ray.memory.kernels import PageLayout
 
 MAP_NORESERVE = 0x4000
 """Linux's flag (Python's ``mmap`` module does not export it before 3.13)."""
-
-KV_ARENA_DEVICE_TYPES = ("cpu", "cuda")
-"""Device types (``torch.device.type``) with a :class:`KVArena`: elastic memory runs there."""
 
 
 class KVArena(Protocol):
