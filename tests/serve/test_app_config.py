@@ -22,6 +22,7 @@ from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
 from nightjar_ray.engine.config import MAX_NUM_SPECULATIVE_TOKENS
 from nightjar_ray.engine.ray_cpu import RAY_CPU_PLATFORM_ENV, RAY_CPU_RESOURCE, SETUP_HOOK
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
+from nightjar_ray.serve.server import nightjar_config_of, with_resolved_engine_args
 from tests.support import REPO_ROOT, wait_until
 
 from .conftest import MODEL_ID, SECOND_MODEL_ID, app_args, two_model_args
@@ -51,10 +52,34 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
     assert kwargs["additional_config"]["nightjar"]["policy"] == "nightjar"
     assert parsed.llm_config.server_cls.__name__ == "NightjarLLMServer"
     assert parsed.llm_config.deployment_config["autoscaling_config"]["min_replicas"] == 1
+    assert kwargs["additional_config"]["nightjar"]["elastic_memory"]["enabled"] == "auto"
     if name == "gpu-32b-tp2.yaml":
         assert kwargs["tensor_parallel_size"] == 2
         assert kwargs["distributed_executor_backend"] == "ray"
         assert kwargs["speculative_config"]["draft_tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "device_type", "enabled"),
+    [("gpu-7b.yaml", "cuda", True), ("gpu-7b.yaml", "xpu", False), ("cpu-demo.yaml", "cpu", True)],
+)
+def test_the_replica_resolves_elastic_memory_for_its_device(
+    name: str, device_type: str, enabled: bool, nightjar_cache: Path
+) -> None:
+    """The head's parser leaves ``auto``; the replica resolves it before vLLM starts, and
+    the engine arguments it starts vLLM with carry the result (nothing else changes)."""
+    (app,) = _apps(name)
+    given = parse_app_config(app["args"]).llm_config
+    resolved = with_resolved_engine_args(given, device_type)
+    assert nightjar_config_of(resolved).elastic_memory.enabled is enabled
+    assert nightjar_config_of(given).elastic_memory.enabled == "auto"
+    assert resolved.model_dump(exclude={"engine_kwargs"}) == given.model_dump(
+        exclude={"engine_kwargs"}
+    )
+    true = {**app["args"], "nightjar": {"elastic_memory": {"enabled": True}}}
+    if not enabled:
+        with pytest.raises(ValueError, match=r"elastic_memory\.enabled"):
+            with_resolved_engine_args(parse_app_config(true).llm_config, device_type)
 
 
 def test_the_cpu_tp2_preset_is_the_32b_presets_shape_and_switches_to_cpu_ranks() -> None:
