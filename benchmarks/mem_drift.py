@@ -64,7 +64,9 @@ def engine(mode: str) -> Any:
     if mode in ("nightjar", "off"):
         # NOTE: elastic memory off: its KV arena commits KV pages as blocks are first
         # written, growth this drift measurement would count against the allocator.
-        config = NightjarConfig(policy=mode, elastic_memory={"enabled": False})
+        config = NightjarConfig.model_validate(
+            {"policy": mode, "elastic_memory": {"enabled": False}}
+        )
         return offline_engine(pair, config, **kwargs)
     if mode == "plain":
         return offline_engine(pair, None, **kwargs)
