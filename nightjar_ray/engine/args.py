@@ -102,28 +102,35 @@ def unresolved_engine_args(
 
 
 def resolve_engine_args(
-    engine_kwargs: dict[str, Any], device_type: str | None = None
+    engine_kwargs: dict[str, Any],
+    device_type: str | None = None,
+    log: logging.Logger | None = None,
 ) -> dict[str, Any]:
     """``engine_kwargs`` (from :func:`unresolved_engine_args`) with the Nightjar block's
     ``elastic_memory.enabled`` resolved for ``device_type`` (None: this process's vLLM
-    platform's), which every engine process then reads."""
+    platform's), which every engine process then reads; ``log``: where the line of
+    :func:`resolve_elastic_memory` goes (default: this module's logger)."""
     additional = dict(engine_kwargs["additional_config"])
     config = NightjarConfig.from_additional_config(additional)
     method = (engine_kwargs.get("speculative_config") or {}).get("method")
     device = engine_device_type() if device_type is None else device_type
-    resolved = resolve_elastic_memory(config, device, method)
+    resolved = resolve_elastic_memory(config, device, method, log)
     additional.update(resolved.to_additional_config())
     return {**engine_kwargs, "additional_config": additional}
 
 
 def resolve_elastic_memory(
-    config: NightjarConfig, device_type: str, speculative_method: str | None
+    config: NightjarConfig,
+    device_type: str,
+    speculative_method: str | None,
+    log: logging.Logger | None = None,
 ) -> NightjarConfig:
     """``config`` with ``elastic_memory.enabled`` a bool for an engine on ``device_type``
     (a ``torch.device`` type) whose speculative method is ``speculative_method``: "auto"
     turns on where :func:`~nightjar_ray.memory.elastic_mode.elastic_memory_blocker` and
-    the testing chaos cycles let it, else off with one INFO line saying why; ``True``
-    where it cannot run is a ``ValueError`` naming ``elastic_memory.enabled``."""
+    the testing chaos cycles let it, else off with one INFO line on ``log`` (default: this
+    module's logger) saying why; ``True`` where it cannot run is a ``ValueError`` naming
+    ``elastic_memory.enabled``."""
     mode = config.elastic_memory.enabled
     testing = config.testing
     chaos = [n for n in ("chaos_cycle_steps", "chaos_offload_steps") if getattr(testing, n)]
@@ -136,7 +143,7 @@ def resolve_elastic_memory(
         blocker = f"testing.{chaos[0]} drives the same memory"
     enabled = resolve_elastic_mode(mode, blocker)
     if mode == "auto" and not enabled:
-        logger.info("nightjar: elastic_memory.enabled 'auto' resolves off: %s", blocker)
+        (log or logger).info("nightjar: elastic_memory.enabled 'auto' resolves off: %s", blocker)
     elastic = config.elastic_memory.model_copy(update={"enabled": enabled})
     return config.model_copy(update={"elastic_memory": elastic})
 

@@ -24,6 +24,7 @@ bundles place CPU ranks on Ray (``engine/ray_cpu.py``) starts its engine through
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -45,13 +46,15 @@ from nightjar_ray.serve.context import (
 from nightjar_ray.serve.policy_actor import get_or_create_policy_actor
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+logger = logging.getLogger(f"ray.serve.{__name__}")
+"""Under Ray Serve's logger, so its INFO lines reach the replica's log."""
 
 
 def with_resolved_engine_args(llm_config: Any, device_type: str | None = None) -> Any:
     """``llm_config`` whose engine arguments have ``elastic_memory.enabled`` resolved for
     ``device_type`` (None: this process's vLLM platform's, the replica's engine's)."""
     nightjar_config_of(llm_config)  # ValueError when build_app did not build it
-    engine_kwargs = resolve_engine_args(dict(llm_config.engine_kwargs), device_type)
+    engine_kwargs = resolve_engine_args(dict(llm_config.engine_kwargs), device_type, logger)
     return llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from tests.support import REPO_ROOT, wait_until
 from .conftest import MODEL_ID, SECOND_MODEL_ID, app_args, two_model_args
 
 DEPLOY = REPO_ROOT / "deploy"
+AUTO_OFF = "elastic_memory.enabled 'auto' resolves off"
 
 
 def _apps(name: str) -> list[dict[str, Any]]:
@@ -64,13 +66,28 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
     [("gpu-7b.yaml", "cuda", True), ("gpu-7b.yaml", "xpu", False), ("cpu-demo.yaml", "cpu", True)],
 )
 def test_the_replica_resolves_elastic_memory_for_its_device(
-    name: str, device_type: str, enabled: bool, nightjar_cache: Path
+    name: str,
+    device_type: str,
+    enabled: bool,
+    nightjar_cache: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The head's parser leaves ``auto``; the replica resolves it before vLLM starts, and
-    the engine arguments it starts vLLM with carry the result (nothing else changes)."""
+    the engine arguments it starts vLLM with carry the result (nothing else changes); an
+    ``auto`` that resolves off says why in the replica's log (Ray Serve's logger)."""
     (app,) = _apps(name)
     given = parse_app_config(app["args"]).llm_config
-    resolved = with_resolved_engine_args(given, device_type)
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        resolved = with_resolved_engine_args(given, device_type)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("ray.serve.")]
+    assert said == (
+        []
+        if enabled
+        else [
+            f"nightjar: {AUTO_OFF}: no KV arena for device type 'xpu'"
+            " (elastic memory runs on cpu, cuda)"
+        ]
+    )
     assert nightjar_config_of(resolved).elastic_memory.enabled is enabled
     assert nightjar_config_of(given).elastic_memory.enabled == "auto"
     assert resolved.model_dump(exclude={"engine_kwargs"}) == given.model_dump(
