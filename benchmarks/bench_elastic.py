@@ -7,9 +7,10 @@ A burst of ``--requests`` long requests (prompts of ``--prompt-tokens``, ``--max
 out each, all arriving at once) on a KV budget too small to run them together
 (``--kv-bytes``), the generated pair, greedy. Three engines, the same arrivals:
 
-- ``base``: Nightjar without elastic memory;
+- ``base``: Nightjar with ``elastic_memory.enabled: false``;
 - ``base (A/A)``: the same again, the control for run-to-run noise;
-- ``elastic``: Nightjar with ``elastic_memory.enabled`` (the defaults otherwise).
+- ``elastic``: Nightjar with ``elastic_memory.enabled: true`` (what the default, "auto",
+  resolves to on a CPU engine; the defaults otherwise).
 
 Each round starts every engine afresh (one engine alive at a time: idle vLLM CPU
 engines poll and would steal the cores), in a rotated order; ratios are taken per
@@ -36,7 +37,7 @@ CONTENDERS = ("base", "base (A/A)", "elastic")
 
 
 def _config(label: str, args: argparse.Namespace, log: Path) -> NightjarConfig:
-    elastic = {"enabled": True} if label == "elastic" else {}
+    elastic = {"enabled": label == "elastic"}  # the default ("auto") is on for a CPU engine
     params = {"gamma": args.fixed_gamma} if args.policy == "fixed" else {}
     return NightjarConfig.model_validate(
         {

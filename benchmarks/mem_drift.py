@@ -4,8 +4,9 @@
     python benchmarks/mem_drift.py --mode nightjar --out benchmarks/results/drift-nightjar.jsonl
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 python benchmarks/mem_drift.py ...
 
-Modes: ``nightjar`` (defaults), ``off`` (nightjar's scheduler and worker, the draft never
-runs), ``plain`` (vLLM without speculation), ``stock2`` (vLLM's own speculation, 2 tokens).
+Modes: ``nightjar`` (defaults, elastic memory off), ``off`` (nightjar's scheduler and
+worker, the draft never runs; elastic memory off), ``plain`` (vLLM without speculation),
+``stock2`` (vLLM's own speculation, 2 tokens).
 Run several at once to compare them on the same machine and stream. The stream draws batch
 sizes 1-16, prompts of 8-256 random tokens and 4-96 output tokens from ``--seed``;
 ``--fixed`` sends one shape only (batches of 4, 64-token prompts, 32 output tokens), which
@@ -61,7 +62,12 @@ def engine(mode: str) -> Any:
     pair = generate_pair(cache_dir() / "pairs" / "default", GENERATED_PAIRS["default"])
     kwargs: dict[str, Any] = {"dtype": "float32", "max_num_seqs": 32}
     if mode in ("nightjar", "off"):
-        return offline_engine(pair, NightjarConfig(policy=mode), **kwargs)
+        # NOTE: elastic memory off: its KV arena commits KV pages as blocks are first
+        # written, growth this drift measurement would count against the allocator.
+        config = NightjarConfig.model_validate(
+            {"policy": mode, "elastic_memory": {"enabled": False}}
+        )
+        return offline_engine(pair, config, **kwargs)
     if mode == "plain":
         return offline_engine(pair, None, **kwargs)
     return offline_engine(pair, None, stock_gamma=2, **kwargs)

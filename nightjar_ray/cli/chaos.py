@@ -4,7 +4,7 @@ Scenarios: ``actor-kill`` (kill the policy actor; goal: zero failed requests),
 ``replica-kill`` (two replicas, kill one; goal: only requests in flight on it fail, Serve
 replaces it) and ``memory`` (forced elastic-memory events under load: the draft offloaded
 and reloaded every few steps and the KV cache compacted, on a small KV budget; goal:
-zero failed requests; references come from a second app without elastic memory, deleted
+zero failed requests; references come from a second app without the forced events, deleted
 before the load starts). Prints and writes a JSON report: failed requests, recovery time
 (for ``memory``: until offloads, reloads and contractions were all seen after the mark),
 and whether every successful greedy output equals its prompt's reference.
@@ -147,7 +147,8 @@ def _references(
     headers: dict[str, str],
 ) -> tuple[str, Any]:
     """Deploy the app and take each prompt's greedy reference; for ``memory`` from a
-    separate app without elastic memory (deleted afterwards), the same engine otherwise."""
+    separate app without the forced memory events (deleted afterwards), the same engine
+    otherwise."""
     from ray import serve
 
     from nightjar_ray.cli.demo import MODEL_ID

@@ -26,6 +26,7 @@ from nightjar_ray.engine.config import (
     MAX_NUM_SPECULATIVE_TOKENS,
     NightjarConfig,
 )
+from nightjar_ray.memory.elastic_mode import elastic_memory_blocker, resolve_elastic_mode
 
 logger = logging.getLogger(__name__)
 
@@ -42,17 +43,36 @@ setting)."""
 def nightjar_engine_args(
     config: NightjarConfig | dict[str, Any],
     start_hook: str | None = None,
+    *,
+    device_type: str | None = None,
     **engine_kwargs: Any,
 ) -> dict[str, Any]:
-    """``engine_kwargs`` plus what Nightjar needs (scheduler, worker, config).
+    """``engine_kwargs`` plus what Nightjar needs (scheduler, worker, config), for an
+    engine started in this process (``vllm.LLM``, ``AsyncLLM``).
 
     ``start_hook``: a ``"module:function"`` the scheduler calls at start with its config
     and step driver (``START_HOOK_KEY``; Ray Serve's builder passes its link).
+
+    ``device_type``: the engine's ``torch.device`` type, for which
+    ``elastic_memory.enabled`` resolves (:func:`resolve_elastic_memory`); None: this
+    process's vLLM platform's (:func:`engine_device_type`).
 
     ``speculative_config["num_speculative_tokens"]`` is the largest gamma: it sizes
     vLLM's buffers and the policy picks 0..num_speculative_tokens per step. Unset, it is
     the deprecated ``config.gamma_max`` or 4 (:func:`with_num_speculative_tokens`).
     """
+    kwargs = unresolved_engine_args(config, start_hook, **engine_kwargs)
+    return resolve_engine_args(kwargs, device_type)
+
+
+def unresolved_engine_args(
+    config: NightjarConfig | dict[str, Any],
+    start_hook: str | None = None,
+    **engine_kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`nightjar_engine_args` with ``elastic_memory.enabled`` as given ("auto"
+    stays): for a caller away from the engine's node (Ray Serve's config parser, on the
+    head node); the process that starts the engine applies :func:`resolve_engine_args`."""
     cfg = config if isinstance(config, NightjarConfig) else _validate(config)
     spec = dict(engine_kwargs.pop("speculative_config", None) or {})
     method = spec.get("method")
@@ -79,6 +99,71 @@ def nightjar_engine_args(
         "worker_cls": WORKER_CLS,
         "additional_config": additional,
     }
+
+
+def resolve_engine_args(
+    engine_kwargs: dict[str, Any],
+    device_type: str | None = None,
+    log: logging.Logger | None = None,
+) -> dict[str, Any]:
+    """``engine_kwargs`` (from :func:`unresolved_engine_args`) with the Nightjar block's
+    ``elastic_memory.enabled`` resolved for ``device_type`` (None: this process's vLLM
+    platform's), which every engine process then reads; ``log``: where the line of
+    :func:`resolve_elastic_memory` goes (default: this module's logger)."""
+    additional = dict(engine_kwargs["additional_config"])
+    config = NightjarConfig.from_additional_config(additional)
+    method = (engine_kwargs.get("speculative_config") or {}).get("method")
+    device = engine_device_type() if device_type is None else device_type
+    runtime = _arena_runtime_blocker(device) if device_type is None else None
+    resolved = resolve_elastic_memory(config, device, method, log, runtime)
+    additional.update(resolved.to_additional_config())
+    return {**engine_kwargs, "additional_config": additional}
+
+
+def resolve_elastic_memory(
+    config: NightjarConfig,
+    device_type: str,
+    speculative_method: str | None,
+    log: logging.Logger | None = None,
+    runtime_blocker: str | None = None,
+) -> NightjarConfig:
+    """``config`` with ``elastic_memory.enabled`` a bool for an engine on ``device_type``
+    (a ``torch.device`` type) whose speculative method is ``speculative_method``: "auto"
+    turns on where :func:`~nightjar_ray.memory.elastic_mode.elastic_memory_blocker` and
+    the testing chaos cycles let it, else off with one INFO line on ``log`` (default: this
+    module's logger) saying why; ``True`` where it cannot run is a ``ValueError`` naming
+    ``elastic_memory.enabled``. ``runtime_blocker``: why this process cannot build the
+    device's arena (``arena.arena_runtime_blocker``), if it cannot."""
+    mode = config.elastic_memory.enabled
+    testing = config.testing
+    chaos = [n for n in ("chaos_cycle_steps", "chaos_offload_steps") if getattr(testing, n)]
+    blocker = elastic_memory_blocker(
+        device_type,
+        draft_model=speculative_method == "draft_model",
+        catch_up=config.draft_sync_mode == "catch-up",
+    )
+    blocker = blocker or runtime_blocker
+    if blocker is None and chaos:
+        blocker = f"testing.{chaos[0]} drives the same memory"
+    enabled = resolve_elastic_mode(mode, blocker)
+    if mode == "auto" and not enabled:
+        (log or logger).info("nightjar: elastic_memory.enabled 'auto' resolves off: %s", blocker)
+    elastic = config.elastic_memory.model_copy(update={"enabled": enabled})
+    return config.model_copy(update={"elastic_memory": elastic})
+
+
+def _arena_runtime_blocker(device_type: str) -> str | None:
+    from nightjar_ray.memory.arena import arena_runtime_blocker  # torch: the engine's process
+
+    return arena_runtime_blocker(device_type)
+
+
+def engine_device_type() -> str:
+    """The ``torch.device`` type of an engine started in this process: vLLM's current
+    platform's, which vLLM's own ``DeviceConfig`` takes (``EngineArgs.create_engine_config``)."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type)
 
 
 def with_num_speculative_tokens(

@@ -27,6 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from nightjar_ray.engine.testing_config import TestingConfig
+from nightjar_ray.memory.elastic_mode import (
+    DEFAULT_CONTROLLER_PARAMS,
+    DEFAULT_ELASTIC_MODE,
+    ElasticMode,
+)
 from nightjar_ray.policy import (
     PRESETS,
     ForcedSchedulePolicy,
@@ -94,29 +99,31 @@ class ElasticMemoryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = Field(
-        default=False,
+    enabled: ElasticMode = Field(
+        default=DEFAULT_ELASTIC_MODE,
         description=(
             "Run the §6.1 memory controller: offload the draft and hand its weights' and "
             "KV share's memory to the KV cache under scarcity; compact and reload when "
-            "load drops. Needs draft_sync='catch-up' and a CPU engine (the GPU arena is "
-            "not built yet)."
+            "load drops. 'auto': on where the engine's device has a KV arena (CPU, CUDA) "
+            "and the deployment can run it (a draft model, draft_sync='catch-up'), off "
+            "elsewhere with a log line saying why; true: on, an error at start where it "
+            "cannot run; false: off."
         ),
     )
     tau_low_fraction: float = Field(
-        default=0.10,
+        default=DEFAULT_CONTROLLER_PARAMS.tau_low_fraction,
         ge=0.0,
         le=0.9,
         description="tau_low as a fraction of the stock block pool's blocks (paper §7.3.3: 10%).",
     )
     expand_persist_steps: int = Field(
-        default=8,
+        default=DEFAULT_CONTROLLER_PARAMS.expand_persist_steps,
         ge=1,
         le=100_000,
         description="T_persist: steps speculation must be off with N_free < tau_low.",
     )
     contract_persist_steps: int = Field(
-        default=8,
+        default=DEFAULT_CONTROLLER_PARAMS.contract_persist_steps,
         ge=1,
         le=100_000,
         description=(
@@ -125,7 +132,7 @@ class ElasticMemoryConfig(BaseModel):
         ),
     )
     offload_outvalued: bool = Field(
-        default=True,
+        default=DEFAULT_CONTROLLER_PARAMS.offload_outvalued,
         description=(
             "Also offload when requests wait for blocks and the draft's memory, as KV "
             "cache, would grow the batch by more than speculation speeds it up by the "
@@ -140,6 +147,17 @@ class ElasticMemoryConfig(BaseModel):
             "'triton' (one program per block and layer; GPU)."
         ),
     )
+
+    @property
+    def on(self) -> bool:
+        """Whether the controller runs. ``RuntimeError`` while ``enabled`` is "auto": an
+        engine reads a config resolved for its device (``engine.args.resolve_elastic_memory``)."""
+        if self.enabled == "auto":
+            raise RuntimeError(
+                "elastic_memory.enabled is 'auto' here: resolve it for the engine's device "
+                "first (nightjar_engine_args and the Serve replica do)"
+            )
+        return self.enabled
 
 
 class NightjarConfig(BaseModel):
@@ -264,7 +282,8 @@ class NightjarConfig(BaseModel):
     def _check_memory_modes(self) -> None:
         testing = self.testing
         chaos = [n for n in ("chaos_cycle_steps", "chaos_offload_steps") if getattr(testing, n)]
-        if self.elastic_memory.enabled and chaos:
+        elastic = self.elastic_memory.enabled is True
+        if elastic and chaos:
             raise ValueError(
                 f"elastic_memory.enabled and testing.{chaos[0]} drive the same memory; "
                 "set one of them"
@@ -280,7 +299,7 @@ class NightjarConfig(BaseModel):
                 "the draft at gamma = 0)"
             )
         needs_catch_up = {
-            "elastic_memory.enabled": self.elastic_memory.enabled,
+            "elastic_memory.enabled": elastic,
             "testing.chaos_offload_steps": bool(testing.chaos_offload_steps),
         }
         for name, on in needs_catch_up.items():
@@ -299,13 +318,15 @@ class NightjarConfig(BaseModel):
 
     @property
     def offloads_draft(self) -> bool:
-        """Whether the draft's weights may be offloaded (the controller or a chaos cycle)."""
-        return self.elastic_memory.enabled or bool(self.testing.chaos_offload_steps)
+        """Whether the draft's weights may be offloaded (the controller or a chaos cycle);
+        ``elastic_memory`` must be resolved (:attr:`ElasticMemoryConfig.on`)."""
+        return self.elastic_memory.on or bool(self.testing.chaos_offload_steps)
 
     @property
     def moves_memory(self) -> bool:
-        """Whether anything moves memory (the controller or a chaos cycle)."""
-        return self.elastic_memory.enabled or self.testing.moves_memory
+        """Whether anything moves memory (the controller or a chaos cycle); ``elastic_memory``
+        must be resolved (:attr:`ElasticMemoryConfig.on`)."""
+        return self.elastic_memory.on or self.testing.moves_memory
 
     def build_policy(self) -> Policy:
         """The engine's policy (``testing.forced_gammas``' schedule when set), restored

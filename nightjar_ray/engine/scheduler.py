@@ -180,7 +180,7 @@ class NightjarScheduler(Scheduler):
     def _build_memory_controller(self) -> ElasticController | None:
         """The §6.1 controller on vLLM's block pool (elastic memory on, speculating)."""
         elastic = self.nightjar_config.elastic_memory
-        if not elastic.enabled or self.num_spec_tokens == 0:
+        if not elastic.on or self.num_spec_tokens == 0:
             return None
         block_pool = self.kv_cache_manager.block_pool
         return ElasticController(

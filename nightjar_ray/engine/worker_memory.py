@@ -73,7 +73,7 @@ class WorkerMemory:
         """(pool blocks, draft resident, draft commands) after every event applied."""
         drafter: Any = getattr(model_runner, "drafter", None)
         self.offloader: DraftOffloader | None = None
-        if (config.enabled or testing.chaos_offload_steps) and hasattr(drafter, "model"):
+        if (config.on or testing.chaos_offload_steps) and hasattr(drafter, "model"):
             self.offloader = DraftOffloader(
                 drafter.model,
                 model_runner.model,
@@ -88,7 +88,7 @@ class WorkerMemory:
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
         unit = arena_unit_bytes(model_runner.kv_caches[0].device)
         self.stock_kv_bytes, self.num_max_blocks = _size_arena(
-            plan, config.enabled, draft_bytes, unit, reserve_bytes
+            plan, config.on, draft_bytes, unit, reserve_bytes
         )
         """Stock vLLM's KV buffer for this configuration (the pool plus the reserve) and
         N_max (the stock pool without elastic memory)."""

@@ -10,9 +10,10 @@
     block_pool  ResizableBlockPool: the Protocol the controller and the cycles drive
     kernels     §6.3 Step 4: moving KV blocks (PyTorch, and a Triton kernel for GPUs)
     arena       one reserved address range per device: [target KV | region R]
+    elastic_mode  the default mode and the rule "auto" resolves by (engine and simulator)
 
-``triggers``, ``migration``, ``controller``, ``events``, ``cycles`` and ``block_pool`` are
-pure Python (no torch).
+``triggers``, ``migration``, ``controller``, ``events``, ``cycles``, ``elastic_mode`` and
+``block_pool`` are pure Python (no torch).
 
 vLLM-facing code (growing vLLM's block pool, rebinding a worker's KV cache) lives in
 ``nightjar_ray.engine``, which keeps every ``vllm`` import.

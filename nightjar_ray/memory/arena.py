@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import importlib.util
 import mmap
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -35,16 +36,16 @@ import torch
 
 from nightjar_ray.memory.arena_layout import arena_layout, block_units, check_blocks
 from nightjar_ray.memory.arena_units import round_up
+from nightjar_ray.memory.elastic_mode import KV_ARENA_DEVICE_TYPES as KV_ARENA_DEVICE_TYPES
 from nightjar_ray.memory.kernels import PageLayout
+
+# KV_ARENA_DEVICE_TYPES is re-exported: defined where torch-free code reads it.
 
 MAP_NORESERVE = 0x4000
 """Linux's flag (Python's ``mmap`` module does not export it before 3.13)."""
 
 MADV_POPULATE_WRITE = 23
 """Linux >= 5.14: back a range with writable pages without changing their contents."""
-
-KV_ARENA_DEVICE_TYPES = ("cpu", "cuda")
-"""Device types (``torch.device.type``) with a :class:`KVArena`: elastic memory runs there."""
 
 
 class KVArena(Protocol):
@@ -198,3 +199,20 @@ def resident_bytes(address: int, num_bytes: int) -> int:
     if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(num_bytes), vec) != 0:
         raise OSError(ctypes.get_errno(), "mincore failed")
     return sum(v & 1 for v in bytes(vec)) * mmap.PAGESIZE
+
+
+def arena_runtime_blocker(device_type: str) -> str | None:
+    """Why no arena can be built in this process for ``device_type`` although the type has
+    one (``KV_ARENA_DEVICE_TYPES``): a missing binding or a platform the arena does not
+    drive; None when it can."""
+    if device_type != "cuda":
+        return None
+    if torch.version.hip is not None:
+        return "the CUDA arena drives CUDA's virtual memory API, not ROCm's"
+    try:
+        found = importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        return "cuda-bindings is not installed (pip install 'nightjar-ray[gpu]')"
+    return None

@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightjar_ray.engine.args import nightjar_engine_args, with_num_speculative_tokens
+from nightjar_ray.engine.args import unresolved_engine_args, with_num_speculative_tokens
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_runtime_env
 from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
@@ -159,7 +159,8 @@ def generated_dtype(source: Any) -> str | None:
 def _engine_kwargs(
     raw: dict[str, Any], config: NightjarConfig, prefix: str
 ) -> tuple[dict[str, Any], NightjarConfig]:
-    """Nightjar's engine arguments and the config with its largest gamma resolved."""
+    """Nightjar's engine arguments and the config with its largest gamma resolved
+    (``elastic_memory.enabled`` as given: the replica resolves it for its device)."""
     kwargs = dict(raw.get("engine_kwargs") or {})
     loading = raw.get("model_loading_config")
     dtype = generated_dtype(loading.get("model_source") if isinstance(loading, dict) else None)
@@ -182,7 +183,7 @@ def _engine_kwargs(
         raise ValueError(f"invalid config: {e}") from None
     spec["num_speculative_tokens"] = config.num_speculative_tokens
     try:
-        return nightjar_engine_args(config, start_hook=SERVE_START_HOOK, **kwargs), config
+        return unresolved_engine_args(config, start_hook=SERVE_START_HOOK, **kwargs), config
     except ValueError as e:
         raise ValueError(f"invalid config: {prefix}engine_kwargs: {e}") from None
 

@@ -2,6 +2,9 @@
 
 Before the parent class starts vLLM, the replica:
 
+0. resolves ``elastic_memory.enabled`` for the device its engine runs on (vLLM's
+   platform in this process; the config parser on the head node cannot know it), so
+   every engine process reads the resolved value (``engine.args.resolve_engine_args``);
 1. ensures its model's policy actor exists (named, detached, restartable;
    on the head node unless ``pooling.actor_node: any``);
 2. writes a :class:`ServeContext` (app, deployment, replica ID, model, actor
@@ -21,6 +24,7 @@ bundles place CPU ranks on Ray (``engine/ray_cpu.py``) starts its engine through
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -29,6 +33,7 @@ from ray import serve
 from ray.llm._internal.serve.engines.vllm.vllm_engine import VLLMEngine
 from ray.serve.llm import LLMServer
 
+from nightjar_ray.engine.args import resolve_engine_args
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY, NightjarConfig
 from nightjar_ray.engine.ray_cpu import ray_cpu_platform_requested
 from nightjar_ray.policy.pooling import stats_fingerprint
@@ -41,6 +46,16 @@ from nightjar_ray.serve.context import (
 from nightjar_ray.serve.policy_actor import get_or_create_policy_actor
 
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
+logger = logging.getLogger(f"ray.serve.{__name__}")
+"""Under Ray Serve's logger, so its INFO lines reach the replica's log."""
+
+
+def with_resolved_engine_args(llm_config: Any, device_type: str | None = None) -> Any:
+    """``llm_config`` whose engine arguments have ``elastic_memory.enabled`` resolved for
+    ``device_type`` (None: this process's vLLM platform's, the replica's engine's)."""
+    nightjar_config_of(llm_config)  # ValueError when build_app did not build it
+    engine_kwargs = resolve_engine_args(dict(llm_config.engine_kwargs), device_type, logger)
+    return llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
 
 
 def nightjar_config_of(llm_config: Any) -> NightjarConfig:
@@ -83,6 +98,7 @@ class NightjarLLMServer(LLMServer):
     """``LLMServer`` plus Nightjar's replica set-up (see module docstring)."""
 
     async def __init__(self, llm_config: Any, **kwargs: Any) -> None:  # type: ignore[misc]
+        llm_config = with_resolved_engine_args(llm_config)
         config = nightjar_config_of(llm_config)
         context = replica_context(llm_config, config)
         if config.pooling.enabled:

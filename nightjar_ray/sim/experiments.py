@@ -22,6 +22,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+from nightjar_ray.memory.elastic_mode import (
+    DEFAULT_CONTROLLER_PARAMS,
+    DEFAULT_ELASTIC_MODE,
+    ElasticMode,
+    elastic_memory_blocker,
+    resolve_elastic_mode,
+)
 from nightjar_ray.policy import build_policy
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.policy.nightjar import NightjarPolicy
@@ -39,11 +46,11 @@ class RunKnobs:
     """Engine-side knobs around the policy; each default, and when to change it:
     docs/simulator.md, "Engine options around the policy"."""
 
-    tau_low_fraction: float = 0.10
+    tau_low_fraction: float = DEFAULT_CONTROLLER_PARAMS.tau_low_fraction
     """tau_low as a fraction of N_orig (paper Fig. 14: 10% free-cache threshold)."""
-    persist_steps: int = 8
+    persist_steps: int = DEFAULT_CONTROLLER_PARAMS.expand_persist_steps
     """T_persist in scheduling steps."""
-    contract_persist_steps: int = 8
+    contract_persist_steps: int = DEFAULT_CONTROLLER_PARAMS.contract_persist_steps
     """Steps the reload condition must hold (paper: 1; ``ElasticParams``)."""
     offload_trigger: Literal["played", "exploited"] = "exploited"
     """§6.1 condition (1) (``ServerOptions.offload_trigger``)."""
@@ -52,7 +59,7 @@ class RunKnobs:
     reclaim_draft_kv: bool = True
     """Offload frees the draft's per-block KV share too (``ElasticParams``; False: the
     paper's weights-only offload, docs/simulator.md)."""
-    offload_outvalued: bool = True
+    offload_outvalued: bool = DEFAULT_CONTROLLER_PARAMS.offload_outvalued
     """An outvalued draft counts as off for the offload trigger (``ElasticParams``)."""
     policy_seed_offset: int = 0
     """Added to the policy RNG's seed only: the same workload and acceptance draws, other
@@ -66,7 +73,9 @@ class Contender:
     params: dict[str, Any] = field(default_factory=dict)
     use_draft: bool = True
     skip_draft: bool = False
-    elastic: bool = False
+    elastic: ElasticMode = False
+    """Elastic memory, as the engine's ``elastic_memory.enabled`` (resolved for the
+    setting's device by :func:`runs_elastic`)."""
     warm_start: bool = False
     """Start from the statistics the same contender learned on another run (its task's
     ``warm_workload``), as a Serve replica starts from the policy actor's pooled table."""
@@ -83,12 +92,13 @@ def default_contenders(
     """The Table 4 line-up: nightjar, off, fixed 1..max_fixed_gamma, vllm-static, dsd, ucbspec.
 
     Adaptive policies choose among 0..``gamma_max``; nightjar runs the ``nightjar`` preset
-    (``NightjarParams``, the engine's too) overridden by ``nightjar_params``.
+    (``NightjarParams``, the engine's too) overridden by ``nightjar_params``, with the
+    engine's default elastic memory (``DEFAULT_ELASTIC_MODE``).
     """
     g = {"gamma_max": gamma_max}
     nightjar = {**g, **(nightjar_params or {})}
     out = [
-        Contender("nightjar", "nightjar", nightjar, skip_draft=True, elastic=True),
+        Contender("nightjar", "nightjar", nightjar, skip_draft=True, elastic=DEFAULT_ELASTIC_MODE),
         Contender("off", "off", use_draft=False),
     ]
     out += [
@@ -176,6 +186,15 @@ def build_contender_policy(setting: Setting, c: Contender, seed: int) -> Policy:
     return policy
 
 
+def runs_elastic(setting: Setting, c: Contender) -> bool:
+    """Whether contender ``c`` runs elastic memory on ``setting``: its mode resolved by
+    the engine's rule (``memory.elastic_mode``) for the setting's device."""
+    blocker = elastic_memory_blocker(
+        setting.hw.device_type, draft_model=c.use_draft, catch_up=c.skip_draft
+    )
+    return resolve_elastic_mode(c.elastic, blocker)
+
+
 def server_options(
     setting: Setting, c: Contender, dataset: str, seed: int, knobs: RunKnobs
 ) -> ServerOptions:
@@ -184,7 +203,7 @@ def server_options(
         dataset=dataset,
         use_draft=c.use_draft,
         draft_when_off="skip" if c.skip_draft else "sync",
-        elastic=elastic_params(setting, knobs) if c.elastic else None,
+        elastic=elastic_params(setting, knobs) if runs_elastic(setting, c) else None,
         seed=seed,
         observed_time=knobs.observed_time,
         offload_trigger=knobs.offload_trigger,

@@ -35,6 +35,9 @@ class HardwareProfile:
     """Fraction of peak bandwidth a decode GEMV / attention kernel reaches."""
     flops_efficiency: float = 0.60
     """Fraction of peak FLOP/s a large GEMM reaches."""
+    device_type: str = "cuda"
+    """The ``torch.device`` type an engine on this hardware runs on (elastic memory's
+    ``auto`` resolves for it, as the engine's does)."""
 
     @property
     def effective_bw(self) -> float:

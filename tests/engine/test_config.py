@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from nightjar_ray.engine import NightjarConfig, nightjar_engine_args
-from nightjar_ray.engine.args import with_num_speculative_tokens
+from nightjar_ray.engine.args import resolve_elastic_memory, with_num_speculative_tokens
 from nightjar_ray.engine.config import ADDITIONAL_CONFIG_KEY
 
 SPEC = {"method": "draft_model", "model": "/models/draft"}
@@ -57,7 +57,11 @@ def test_engine_args_wire_scheduler_worker_and_config(tmp_path: Path) -> None:
     extra = kw["additional_config"]
     assert isinstance(extra, dict) and extra["other"] == 1
     wired = NightjarConfig.from_additional_config(extra)
-    assert wired == with_num_speculative_tokens(cfg, 3)
+    # elastic_memory.enabled "auto" is resolved for this process's device (a CPU here)
+    assert wired == resolve_elastic_memory(
+        with_num_speculative_tokens(cfg, 3), "cpu", "draft_model"
+    )
+    assert wired.elastic_memory.enabled is True and cfg.elastic_memory.enabled == "auto"
     assert wired.switch_cost_profile == str(profile) and wired.gamma_max is None
     policy_cfg = wired.policy_config()
     assert policy_cfg.gamma_max == 3
@@ -160,7 +164,8 @@ def test_policy_snapshot_warm_starts_the_engine_policy(tmp_path: Path) -> None:
 
 
 def test_chaos_fields_are_validated_and_named() -> None:
-    cfg = NightjarConfig(testing={"chaos_cycle_steps": 4, "chaos_region_blocks": 3})
+    given = NightjarConfig(testing={"chaos_cycle_steps": 4, "chaos_region_blocks": 3})
+    cfg = resolve_elastic_memory(given, "cpu", "draft_model")  # auto: off beside a chaos cycle
     assert cfg.testing.chaos_cycle_steps == 4 and cfg.moves_memory and not cfg.offloads_draft
     assert NightjarConfig().testing.chaos_cycle_steps is None  # off by default
     for bad in ({"chaos_cycle_steps": 0}, {"chaos_region_blocks": 0}):
@@ -176,7 +181,8 @@ def test_chaos_fields_are_validated_and_named() -> None:
 
 
 def test_draft_offload_chaos_needs_the_catch_up() -> None:
-    assert NightjarConfig(testing={"chaos_offload_steps": 3}).offloads_draft
+    chaos = NightjarConfig(testing={"chaos_offload_steps": 3})
+    assert resolve_elastic_memory(chaos, "cpu", "draft_model").offloads_draft
     with pytest.raises(ValueError, match="chaos_offload_steps needs draft_sync='catch-up'"):
         NightjarConfig(draft_sync="stock", testing={"chaos_offload_steps": 3})
     with pytest.raises(ValueError, match=r"got testing\.skip_catch_up"):
@@ -221,7 +227,8 @@ def test_elastic_controller_fields_are_validated_and_named() -> None:
     enabled = NightjarConfig(elastic_memory={"enabled": True})
     config = enabled.elastic_memory
     assert config.tau_low_fraction == 0.10 and config.expand_persist_steps == 8
-    assert enabled.moves_memory and enabled.offloads_draft and not NightjarConfig().moves_memory
+    assert enabled.moves_memory and enabled.offloads_draft
+    assert not NightjarConfig(elastic_memory={"enabled": False}).moves_memory
     for bad in ({"tau_low_fraction": -0.1}, {"expand_persist_steps": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             NightjarConfig(elastic_memory={"enabled": True, **bad})

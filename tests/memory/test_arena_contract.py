@@ -17,6 +17,7 @@ import torch
 from nightjar_ray.memory.arena import (
     KV_ARENA_DEVICE_TYPES,
     KVArena,
+    arena_runtime_blocker,
     arena_unit_bytes,
     build_kv_arena,
 )
@@ -202,3 +203,20 @@ def test_resident_bytes_are_what_the_budget_predicts(device: torch.device) -> No
         assert n_max > n_orig
     finally:
         arena.close()
+
+
+def test_the_runtime_blocker_names_what_stops_a_cuda_arena_in_this_process() -> None:
+    assert arena_runtime_blocker("cpu") is None
+    reason = arena_runtime_blocker("cuda")
+    try:
+        import cuda.bindings  # noqa: F401
+
+        has_bindings = True
+    except ImportError:
+        has_bindings = False
+    if torch.version.hip is not None:
+        assert reason is not None and "ROCm" in reason
+    elif has_bindings:
+        assert reason is None
+    else:
+        assert reason is not None and "nightjar-ray[gpu]" in reason

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -22,11 +23,13 @@ from nightjar_ray.engine.args import SCHEDULER_CLS, WORKER_CLS
 from nightjar_ray.engine.config import MAX_NUM_SPECULATIVE_TOKENS
 from nightjar_ray.engine.ray_cpu import RAY_CPU_PLATFORM_ENV, RAY_CPU_RESOURCE, SETUP_HOOK
 from nightjar_ray.serve.config import generated_dtype, parse_app_config, resolve_generated
+from nightjar_ray.serve.server import nightjar_config_of, with_resolved_engine_args
 from tests.support import REPO_ROOT, wait_until
 
 from .conftest import MODEL_ID, SECOND_MODEL_ID, app_args, two_model_args
 
 DEPLOY = REPO_ROOT / "deploy"
+AUTO_OFF = "elastic_memory.enabled 'auto' resolves off"
 
 
 def _apps(name: str) -> list[dict[str, Any]]:
@@ -54,10 +57,49 @@ def test_gpu_configs_parse_into_nightjar_engine_arguments(name: str) -> None:
     # CUDA graphs on (docs/cuda-graphs.md), on the V1 model runner Nightjar's worker needs.
     assert not kwargs.get("enforce_eager", False)
     assert parsed.llm_config.runtime_env["env_vars"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert kwargs["additional_config"]["nightjar"]["elastic_memory"]["enabled"] == "auto"
     if name == "gpu-32b-tp2.yaml":
         assert kwargs["tensor_parallel_size"] == 2
         assert kwargs["distributed_executor_backend"] == "ray"
         assert kwargs["speculative_config"]["draft_tensor_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "device_type", "enabled"),
+    [("gpu-7b.yaml", "cuda", True), ("gpu-7b.yaml", "xpu", False), ("cpu-demo.yaml", "cpu", True)],
+)
+def test_the_replica_resolves_elastic_memory_for_its_device(
+    name: str,
+    device_type: str,
+    enabled: bool,
+    nightjar_cache: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The head's parser leaves ``auto``; the replica resolves it before vLLM starts, and
+    the engine arguments it starts vLLM with carry the result (nothing else changes); an
+    ``auto`` that resolves off says why in the replica's log (Ray Serve's logger)."""
+    (app,) = _apps(name)
+    given = parse_app_config(app["args"]).llm_config
+    with caplog.at_level(logging.INFO, logger="ray.serve"):
+        resolved = with_resolved_engine_args(given, device_type)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("ray.serve.")]
+    assert said == (
+        []
+        if enabled
+        else [
+            f"nightjar: {AUTO_OFF}: no KV arena for device type 'xpu'"
+            " (elastic memory runs on cpu, cuda)"
+        ]
+    )
+    assert nightjar_config_of(resolved).elastic_memory.enabled is enabled
+    assert nightjar_config_of(given).elastic_memory.enabled == "auto"
+    assert resolved.model_dump(exclude={"engine_kwargs"}) == given.model_dump(
+        exclude={"engine_kwargs"}
+    )
+    true = {**app["args"], "nightjar": {"elastic_memory": {"enabled": True}}}
+    if not enabled:
+        with pytest.raises(ValueError, match=r"elastic_memory\.enabled"):
+            with_resolved_engine_args(parse_app_config(true).llm_config, device_type)
 
 
 def test_the_cpu_tp2_preset_is_the_32b_presets_shape_and_switches_to_cpu_ranks() -> None:
