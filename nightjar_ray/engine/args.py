@@ -158,6 +158,24 @@ def _arena_runtime_blocker(device_type: str) -> str | None:
     return arena_runtime_blocker(device_type)
 
 
+V2_MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+"""vLLM 0.32 runs a draft model on CUDA with its V2 model runner unless this is "0";
+Nightjar's draft hook patches the V1 runner (``worker.NightjarGPUWorker``)."""
+
+
+def with_v1_model_runner(env_vars: dict[str, str]) -> dict[str, str]:
+    """``env_vars`` (an engine process's environment, or a Serve replica's
+    ``runtime_env.env_vars``) with vLLM's V1 model runner chosen where nothing chose one;
+    ``ValueError`` naming the variable where it asks for the V2 runner."""
+    value = env_vars.get(V2_MODEL_RUNNER_ENV)
+    if value is not None and value.strip().lower() not in ("0", "false"):
+        raise ValueError(
+            f"{V2_MODEL_RUNNER_ENV}={value!r}: nightjar drives vLLM's V1 model runner; "
+            "set it to 0 or leave it out"
+        )
+    return {**env_vars, V2_MODEL_RUNNER_ENV: "0"}
+
+
 def engine_device_type() -> str:
     """The ``torch.device`` type of an engine started in this process: vLLM's current
     platform's, which vLLM's own ``DeviceConfig`` takes (``EngineArgs.create_engine_config``)."""

@@ -14,13 +14,14 @@ Scripts that start engines need the ``if __name__ == "__main__":`` guard
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from nightjar_ray.engine.args import nightjar_engine_args
+from nightjar_ray.engine.args import nightjar_engine_args, with_v1_model_runner
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.models.pair import ModelPair
 
@@ -83,6 +84,12 @@ def engine_kwargs(
     return kwargs
 
 
+def choose_v1_model_runner() -> None:
+    """Choose vLLM's V1 model runner for engines this process starts (their engine core
+    inherits the environment; ``args.with_v1_model_runner``)."""
+    os.environ.update(with_v1_model_runner(dict(os.environ)))
+
+
 @contextmanager
 def offline_engine(
     pair: ModelPair | ModelSources, nightjar: NightjarConfig | None = None, **kwargs: Any
@@ -90,6 +97,7 @@ def offline_engine(
     """A started ``vllm.LLM``, shut down on exit (frees its processes)."""
     from vllm import LLM
 
+    choose_v1_model_runner()
     llm = LLM(**engine_kwargs(pair, nightjar, **kwargs))
     try:
         yield llm

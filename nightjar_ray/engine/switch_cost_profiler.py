@@ -35,7 +35,13 @@ from typing import Any, Literal
 
 from nightjar_ray.engine.args import nightjar_engine_args
 from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig
-from nightjar_ray.engine.offline import CPU_DEFAULTS, draft_stats, random_prompts, run_batch
+from nightjar_ray.engine.offline import (
+    CPU_DEFAULTS,
+    choose_v1_model_runner,
+    draft_stats,
+    random_prompts,
+    run_batch,
+)
 from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.policy import SwitchCostTable
 
@@ -182,6 +188,7 @@ def profiler_engine(engine: ProfilerEngine, grid: ProfileGrid) -> Iterator[Any]:
     """A started ``vllm.LLM`` for :func:`profile_switch_cost`, shut down on exit."""
     from vllm import LLM
 
+    choose_v1_model_runner()
     llm = LLM(**engine_kwargs(engine, grid))
     try:
         yield llm

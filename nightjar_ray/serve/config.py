@@ -39,7 +39,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightjar_ray.engine.args import unresolved_engine_args, with_num_speculative_tokens
+from nightjar_ray.engine.args import (
+    unresolved_engine_args,
+    with_num_speculative_tokens,
+    with_v1_model_runner,
+)
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.ray_cpu import RAY_CPU_RESOURCE, ray_cpu_runtime_env
 from nightjar_ray.models.pair import TINY_SPEC, PairSpec, generate_pair
@@ -274,13 +278,26 @@ def _parse_model(args: Any, prefix: str) -> ModelConfig:
     if "model_loading_config" in raw:
         raw["model_loading_config"] = _model_loading(raw, prefix)
     raw["server_cls"] = NightjarLLMServer
-    if _num_cpu_rank_bundles(raw, prefix) is not None:
-        raw["runtime_env"] = ray_cpu_runtime_env(dict(raw.get("runtime_env") or {}))
+    raw["runtime_env"] = _runtime_env(raw, prefix)
     try:
         llm_config = LLMConfig.model_validate(raw)
     except ValidationError as e:
         raise ValueError(f"invalid config: {format_errors(e, prefix.rstrip('.'))}") from None
     return ModelConfig(config, llm_config)
+
+
+def _runtime_env(raw: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The replica's ``runtime_env``: vLLM's V1 model runner chosen, plus what CPU ranks on
+    Ray's executor need."""
+    runtime_env = dict(raw.get("runtime_env") or {})
+    try:
+        env_vars = with_v1_model_runner(dict(runtime_env.get("env_vars") or {}))
+    except ValueError as e:
+        raise ValueError(f"invalid config: {prefix}runtime_env.env_vars.{e}") from None
+    runtime_env["env_vars"] = env_vars
+    if _num_cpu_rank_bundles(raw, prefix) is not None:
+        runtime_env = ray_cpu_runtime_env(runtime_env)
+    return runtime_env
 
 
 def _check_unique_model_ids(models: tuple[ModelConfig, ...]) -> None:

@@ -456,3 +456,18 @@ def test_a_bad_config_file_fails_its_serve_deploy_naming_the_field(
     assert status.deployments == {}
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not [n for n in names if "nightjar" in n]
+
+
+def test_every_replica_runs_vllms_v1_model_runner_unless_the_config_asks_for_v2(
+    nightjar_cache: Path,
+) -> None:
+    args = app_args(nightjar_cache)
+    parsed = parse_app_config(args)
+    assert parsed.llm_config.runtime_env["env_vars"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    asks_v2 = {**args, "runtime_env": {"env_vars": {"VLLM_USE_V2_MODEL_RUNNER": "1", "A": "b"}}}
+    with pytest.raises(ValueError, match=r"runtime_env\.env_vars\.VLLM_USE_V2_MODEL_RUNNER='1'"):
+        parse_app_config(asks_v2)
+    keeps = {**args, "runtime_env": {"env_vars": {"A": "b"}, "pip": ["x"]}}
+    runtime_env = parse_app_config(keeps).llm_config.runtime_env
+    assert runtime_env["env_vars"] == {"A": "b", "VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert runtime_env["pip"] == ["x"]
