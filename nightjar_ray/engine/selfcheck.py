@@ -218,7 +218,7 @@ def check_elastic(setup: SelfCheckSetup, reference: Reference) -> list[CheckLine
             "elastic-cycles",
             lambda: elastic_line("elastic-cycles", runs, reference.token_ids, ranks),
         ),
-        guarded("event-latency", lambda: latency_line("event-latency", ranks[0])),
+        guarded("event-latency", lambda: latency_line("event-latency", ranks)),
     ]
 
 
