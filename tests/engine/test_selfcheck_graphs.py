@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nightjar_ray.cli.main import main
+from nightjar_ray.engine.config import CudaGraphs
 from nightjar_ray.engine.cudagraphs import cuda_host_config, cudagraph_modes_per_gamma
 from nightjar_ray.engine.offline import ModelSources
 from nightjar_ray.engine.selfcheck import SelfCheckSetup, check_graph_modes, run_selfcheck
@@ -60,7 +61,7 @@ def test_per_gamma_graphs_pass_with_full_at_every_gamma(setup: SelfCheckSetup) -
 
 @pytest.mark.parametrize("cuda_graphs", ["stock", "per-gamma"])
 def test_eager_fails_on_a_cuda_device_naming_the_reason(
-    setup: SelfCheckSetup, cuda_graphs: str
+    setup: SelfCheckSetup, cuda_graphs: CudaGraphs
 ) -> None:
     eager = replace(setup, cuda_graphs=cuda_graphs, engine_overrides={"enforce_eager": True})
     line = check_graph_modes(replace(eager, device="cuda"))

@@ -62,7 +62,7 @@ def _runner() -> SimpleNamespace:
 
 def _memory(clock: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> WorkerMemory:
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the CPU draft store
-    sync = SimpleNamespace(invalidate_draft_kv=lambda: None)
+    sync: Any = SimpleNamespace(invalidate_draft_kv=lambda: None)  # the catch-up's hook
     testing = TestingConfig(self_check=True)
     return WorkerMemory(
         _runner(), ElasticMemoryConfig(enabled=True), sync, testing=testing, clock=clock
