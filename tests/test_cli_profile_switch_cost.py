@@ -108,7 +108,7 @@ def test_the_32b_tp2_preset_is_profiled_as_it_deploys() -> None:
     }
     out = default_out(request)
     assert out.name == "switch-cost-Qwen-Qwen2.5-32B-Instruct-tp2-cuda.csv"
-    lines = config_lines(out, request)
+    lines = config_lines(out, request.deploy)
     assert lines[0].startswith(f"add to applications[0].args.nightjar in {PRESET_32B}")
     assert lines[1] == f"  switch_cost_profile: {out.resolve()}"
 

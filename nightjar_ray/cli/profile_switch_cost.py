@@ -255,11 +255,12 @@ def default_out(request: ProfileRequest) -> Path:
     return cache_dir() / "profiles" / f"{stem}.csv"
 
 
-def config_lines(out: Path, request: ProfileRequest) -> list[str]:
-    """What to add to the deploy config to use the profile written to ``out``."""
+def config_lines(out: Path, deploy: DeployModel | None = None) -> list[str]:
+    """What to add to the deploy config (``deploy``'s, if known) to use the profile
+    written to ``out``."""
     where = "the model's nightjar block"
-    if request.deploy is not None:
-        where = f"{request.deploy.field}.nightjar in {request.deploy.path}"
+    if deploy is not None:
+        where = f"{deploy.field}.nightjar in {deploy.path}"
     return [
         f"add to {where} (every node that runs a replica needs the file at this path):",
         f"  switch_cost_profile: {out.resolve()}",
@@ -286,6 +287,6 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     table.save(out)
     print(f"wrote {out}")
-    for line in config_lines(out, request):
+    for line in config_lines(out, request.deploy):
         print(line)
     return 0

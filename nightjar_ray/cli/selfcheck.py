@@ -1,8 +1,9 @@
 """``nightjar-ray selfcheck``: check Nightjar on this node with a target/draft pair.
 
 Runs stock vLLM and Nightjar engines on the pair (``engine/selfcheck.py``), prints one
-PASS/FAIL line per check and a summary, writes ``selfcheck.json`` to ``--out`` and exits
-0 only if every line passed (1 otherwise; 2 on bad input). Without ``--target/--draft``
+PASS/FAIL line per check and a summary, writes ``selfcheck.json`` and the switch-cost
+profile (``switch-cost.csv``, with the deploy config line that reads it) to ``--out`` and
+exits 0 only if every line passed (1 otherwise; 2 on bad input). Without ``--target/--draft``
 on a CPU it checks the generated tiny pair (built here, nothing downloaded), so the
 command alone works in CI.
 """
@@ -16,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from nightjar_ray.cli.args import UsageError, json_object, names
-from nightjar_ray.engine.selfcheck import CHECK_NAMES, SelfCheckSetup
+from nightjar_ray.cli.profile_switch_cost import config_lines
+from nightjar_ray.engine.selfcheck import CHECK_NAMES, SWITCH_COST_FILE, SelfCheckSetup
+from nightjar_ray.engine.selfcheck_switch_cost import FULL_GRID, SELFCHECK_GRID
 
 REPORT_FILE = "selfcheck.json"
 DEFAULT_PAIR = "generated:tiny"
@@ -32,7 +35,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "selfcheck",
         help="Check Nightjar on this node with your target/draft pair: lossless outputs, "
-        "a gamma schedule with catch-up, elastic memory cycles, event latencies.",
+        "a gamma schedule with catch-up, CUDA graph per gamma, elastic memory cycles, event "
+        "latencies, a switch-cost profile.",
     )
     p.add_argument(
         "--target",
@@ -58,6 +62,20 @@ def register(subparsers: Any) -> None:
         help="vLLM dtype of both models. Default: a generated pair's own, else 'auto'.",
     )
     p.add_argument(
+        "--cuda-graphs",
+        choices=("stock", "per-gamma"),
+        default="stock",
+        help="Your deploy config's nightjar.cuda_graphs (the Nightjar engines run with it; "
+        "the graph-modes line checks it).",
+    )
+    p.add_argument(
+        "--full-switch-cost-grid",
+        action="store_true",
+        help=f"Profile C_switch over profile-switch-cost's grid (L_max {FULL_GRID.skip_tokens}, "
+        f"B {FULL_GRID.batch_sizes}, {FULL_GRID.repeats} repeats) instead of the quick "
+        f"{SELFCHECK_GRID.skip_tokens} x {SELFCHECK_GRID.batch_sizes}.",
+    )
+    p.add_argument(
         "--engine-kwargs",
         type=json_object,
         default={},
@@ -70,7 +88,10 @@ def register(subparsers: Any) -> None:
         help="Comma-separated checks to run.",
     )
     p.add_argument(
-        "--out", type=Path, default=Path("selfcheck"), help=f"Directory for {REPORT_FILE}."
+        "--out",
+        type=Path,
+        default=Path("selfcheck"),
+        help=f"Directory for {REPORT_FILE} and {SWITCH_COST_FILE}.",
     )
     p.set_defaults(func=run)
 
@@ -120,11 +141,17 @@ def setup_of(args: argparse.Namespace) -> SelfCheckSetup:
             num_prompts=args.prompts,
             max_tokens=args.max_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
+            cuda_graphs=args.cuda_graphs,
+            switch_cost_grid=FULL_GRID if args.full_switch_cost_grid else SELFCHECK_GRID,
             engine_overrides=args.engine_kwargs,
         )
     except ValueError as e:  # its message starts with the field's name
         field = str(e).split(maxsplit=1)[0]
         raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {e}") from None
+
+
+def _say(message: str) -> None:
+    print(f"  running {message}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,9 +160,12 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_of(args)
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"selfcheck: {setup.models.target} with draft {setup.models.draft} on {setup.device}")
-    report = run_selfcheck(setup, args.checks, say=lambda m: print(f"  running {m}", flush=True))
+    report = run_selfcheck(setup, args.checks, say=_say, out_dir=args.out)
     print(report.format())
     path = args.out / REPORT_FILE
     path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    if any(line.name == "switch-cost" and line.passed for line in report.lines):
+        for line in config_lines(args.out / SWITCH_COST_FILE):
+            print(line)
     print(f"report: {path}", file=sys.stderr)
     return report.exit_code

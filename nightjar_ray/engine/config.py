@@ -55,6 +55,10 @@ DraftSyncMode = Literal["catch-up", "stock", "none"]
 """What a worker does with the draft on gamma = 0 ("none": ``testing.skip_catch_up``)."""
 
 
+CudaGraphs = Literal["stock", "per-gamma"]
+"""``NightjarConfig.cuda_graphs``: vLLM's CUDA graphs, or FULL decode graphs per gamma."""
+
+
 class PoolingConfig(BaseModel):
     """Pooling of learned statistics across a Serve deployment's replicas."""
 
@@ -210,7 +214,7 @@ class NightjarConfig(BaseModel):
             "to keep its KV in sync."
         ),
     )
-    cuda_graphs: Literal["stock", "per-gamma"] = Field(
+    cuda_graphs: CudaGraphs = Field(
         default="stock",
         description=(
             "GPU only (vLLM's V1 model runner). 'stock': vLLM's CUDA graphs, FULL for "

@@ -46,6 +46,40 @@ class DraftEventCounts:
     reload_s: float
 
 
+WORKER_EVENT_KINDS = ("expand", "contract", "reload")
+"""Elastic-memory events a worker times its own share of (:class:`WorkerEventTimes`)."""
+
+
+@dataclass(frozen=True)
+class WorkerEventTimes:
+    """One rank's cumulative share of elastic-memory events on the step loop: per kind of
+    :data:`WORKER_EVENT_KINDS`, the events it applied and their seconds.
+
+    expand: the draft's offload and the commit of the grown region's pages; contract: the
+    block moves and the release of the region's pages; reload: the commit of the draft's
+    KV pages and the reload's dispatch (the load itself runs beside the step loop)."""
+
+    counts: tuple[int, ...] = (0, 0, 0)
+    seconds: tuple[float, ...] = (0.0, 0.0, 0.0)
+
+    def with_event(self, kind: str, seconds: float) -> WorkerEventTimes:
+        """These times plus one ``kind`` event of ``seconds``."""
+        if kind not in WORKER_EVENT_KINDS:
+            raise ValueError(f"kind must be one of {WORKER_EVENT_KINDS}, got {kind!r}")
+        i = WORKER_EVENT_KINDS.index(kind)
+        counts, spent = list(self.counts), list(self.seconds)
+        counts[i] += 1
+        spent[i] += seconds
+        return WorkerEventTimes(tuple(counts), tuple(spent))
+
+    def to_json(self) -> dict[str, list[float]]:
+        """``{kind: [count, seconds]}``, the shape of the scheduler's ``memory_events``."""
+        return {
+            kind: [n, s]
+            for kind, n, s in zip(WORKER_EVENT_KINDS, self.counts, self.seconds, strict=True)
+        }
+
+
 @dataclass(frozen=True)
 class WorkerReport:
     """Facts a worker states with each step output, all cumulative or current."""
@@ -60,6 +94,9 @@ class WorkerReport:
     """A started background reload has finished loading the draft's weights."""
     draft_events: DraftEventCounts | None = None
     """Offloads and reloads so far (``None`` without a draft offloader)."""
+    event_times: WorkerEventTimes | None = None
+    """This rank's share of the elastic-memory events so far (``None`` without elastic
+    memory)."""
 
 
 def attach_step_message(scheduler_output: Any, message: StepMessage) -> None:

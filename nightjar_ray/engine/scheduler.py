@@ -126,6 +126,8 @@ class NightjarScheduler(Scheduler):
         self.step_driver = self._build_step_driver(vllm_config)
         self._catch_up_seen = (0.0, 0)
         self._draft_events_seen: list[tuple[int, float]] = [(0, 0.0), (0, 0.0)]
+        self._worker_event_times: dict[str, list[float]] = {}
+        """Rank 0's share of the memory events (``WorkerEventTimes.to_json``), as last reported."""
         # NOTE: the KV gauges exist from start: an idle engine never schedules.
         self.telemetry.set_load(self.load_snapshot())
         self.start_hook_result = (
@@ -231,6 +233,7 @@ class NightjarScheduler(Scheduler):
         counts: dict[str, Any] = {
             "num_preemptions": self.num_preemptions,
             "memory_events": {k: list(v) for k, v in self.telemetry.memory_events.items()},
+            "worker_memory_events": self._worker_event_times,
         }
         for driver in (self.memory_controller, self.compaction, self.draft_cycle):
             if driver is not None:
@@ -358,6 +361,8 @@ class NightjarScheduler(Scheduler):
             return
         self._count_catch_up(report.catch_up_s, report.num_catch_up_tokens)
         self._count_draft_events(report.draft_events)
+        if report.event_times is not None:
+            self._worker_event_times = report.event_times.to_json()
         if self.memory_controller is not None:
             self.memory_controller.on_worker_output(report.num_max_blocks, report.draft_ready)
 

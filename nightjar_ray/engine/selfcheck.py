@@ -5,26 +5,33 @@ Nightjar engine per check runs the same prompts greedily::
 
     lossless         the product's policy            outputs == stock
     gamma-schedule   forced gammas 0,1,0,2,..,0,K     outputs == stock, catch-ups ran
+    graph-modes      no engine: vLLM's config and     FULL graphs where due at every
+                     dispatcher (selfcheck_graphs)    gamma under nightjar.cuda_graphs
     elastic-cycles   the memory controller on a       outputs == stock, pool back at
                      small pool, under load           stock, committed <= stock, draft
                                                       weights bit-identical on reload
     event-latency    (the elastic run's events)       next to the paper's Table 6
+    switch-cost      a profiler engine                the CSV loads as a profile
+                     (selfcheck_switch_cost)
 
-Every engine uses one small geometry (``SELFCHECK_ENGINE``: a pool of a few blocks that
-a batch of ``LOAD_PROMPT_LENGTHS`` prompts fills), so the memory controller expands and
-contracts on any model, and the lines judge the figures (``engine/selfcheck_report.py``).
-Scripts that call :func:`run_selfcheck` need the ``if __name__ == "__main__":`` guard.
+Every engine but the switch-cost profiler's uses one small geometry (``SELFCHECK_ENGINE``:
+a pool of a few blocks that a batch of ``LOAD_PROMPT_LENGTHS`` prompts fills), so the
+memory controller expands and contracts on any model, and the lines judge the figures
+(``engine/selfcheck_report.py``).
+The graph-modes check imports vLLM when it runs (this module does not). Scripts that
+call :func:`run_selfcheck` need the ``if __name__ == "__main__":`` guard.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
-from nightjar_ray.engine.config import NightjarConfig
+from nightjar_ray.engine.config import CudaGraphs, NightjarConfig
 from nightjar_ray.engine.offline import (
     ModelSources,
     draft_stats,
@@ -42,10 +49,27 @@ from nightjar_ray.engine.selfcheck_report import (
     latency_line,
     lossless_line,
 )
+from nightjar_ray.engine.selfcheck_switch_cost import (
+    SELFCHECK_GRID,
+    profile_to_csv,
+    profiler_of,
+    switch_cost_line,
+)
+from nightjar_ray.engine.switch_cost_profiler import ProfileGrid
 from nightjar_ray.engine.testing_config import TestingConfig
 
 Device = Literal["cpu", "cuda"]
-CHECK_NAMES = ("lossless", "gamma-schedule", "elastic-cycles", "event-latency")
+CHECK_NAMES = (
+    "lossless",
+    "gamma-schedule",
+    "graph-modes",
+    "elastic-cycles",
+    "event-latency",
+    "switch-cost",
+)
+REFERENCE_CHECKS = ("lossless", "gamma-schedule", "elastic-cycles", "event-latency")
+"""The checks that compare with stock vLLM's outputs (or run with those that do)."""
+SWITCH_COST_FILE = "switch-cost.csv"
 LOAD_PROMPT_LENGTHS = (
     40,
     90,
@@ -105,6 +129,9 @@ class SelfCheckSetup:
     max_tokens: int = 48
     num_speculative_tokens: int = 3
     seed: int = 0
+    cuda_graphs: CudaGraphs = "stock"
+    """``nightjar.cuda_graphs`` of every Nightjar engine of the check (GPU only)."""
+    switch_cost_grid: ProfileGrid = SELFCHECK_GRID
     engine_overrides: dict[str, Any] = field(default_factory=dict)
     """``vllm.LLM`` kwargs over the self-check's own (``SELFCHECK_ENGINE``, device defaults)."""
     testing: TestingConfig = field(default_factory=TestingConfig)
@@ -176,7 +203,7 @@ def stock_reference(setup: SelfCheckSetup) -> Reference:
 def _nightjar(setup: SelfCheckSetup, testing: dict[str, Any], **config: Any) -> NightjarConfig:
     """A Nightjar config with ``testing`` over the setup's switches."""
     merged = TestingConfig(**{**setup.testing.model_dump(exclude_defaults=True), **testing})
-    return NightjarConfig(testing=merged, **config)
+    return NightjarConfig(testing=merged, cuda_graphs=setup.cuda_graphs, **config)
 
 
 def _engine(setup: SelfCheckSetup, config: NightjarConfig) -> AbstractContextManager[Any]:
@@ -218,25 +245,74 @@ def check_elastic(setup: SelfCheckSetup, reference: Reference) -> list[CheckLine
             "elastic-cycles",
             lambda: elastic_line("elastic-cycles", runs, reference.token_ids, ranks),
         ),
-        guarded("event-latency", lambda: latency_line("event-latency", ranks[0])),
+        guarded("event-latency", lambda: latency_line("event-latency", ranks)),
     ]
+
+
+def check_graph_modes(setup: SelfCheckSetup) -> CheckLine:
+    """The graph per gamma of the Nightjar engines' config, as a CUDA host builds it (the
+    GPU defaults under the user's kwargs); no engine starts."""
+    import torch
+
+    from nightjar_ray.engine.selfcheck_graphs import engine_config, graph_modes, graph_modes_line
+
+    on_cuda_host = setup.device == "cuda" and torch.cuda.is_available()
+    kwargs = replace(setup, device="cuda").engine_kwargs()
+    config = engine_config(setup.models, setup.cuda_graphs, setup.spec_extra(), kwargs)
+    figures = graph_modes(config, setup.cuda_graphs, on_cuda_host=on_cuda_host)
+    return graph_modes_line("graph-modes", figures, setup.device)
+
+
+def check_switch_cost(setup: SelfCheckSetup, out: Path) -> CheckLine:
+    """C_switch profiled on the setup's pair, device and TP over its grid, saved to ``out``."""
+    engine = profiler_of(
+        setup.models,
+        setup.device,
+        setup.tensor_parallel_size,
+        setup.seed,
+        setup.engine_overrides,
+    )
+    profile_to_csv(engine, setup.switch_cost_grid, out)
+    return switch_cost_line("switch-cost", out, setup.switch_cost_grid)
 
 
 def run_selfcheck(
     setup: SelfCheckSetup,
     checks: Sequence[str] = CHECK_NAMES,
     say: Callable[[str], None] = lambda _: None,
+    out_dir: Path | None = None,
 ) -> SelfCheckReport:
-    """Run ``checks`` (names of ``CHECK_NAMES``) on ``setup``; ``say`` hears progress."""
+    """Run ``checks`` (names of ``CHECK_NAMES``) on ``setup``; ``say`` hears progress.
+    ``out_dir``: where the switch-cost check writes ``SWITCH_COST_FILE``."""
     unknown = sorted(set(checks) - set(CHECK_NAMES))
     if unknown:
         raise ValueError(f"unknown checks {unknown}; choose from {', '.join(CHECK_NAMES)}")
+    if "switch-cost" in checks and out_dir is None:
+        raise ValueError("out_dir must be given for the switch-cost check")
+    lines: dict[str, CheckLine] = {}
+    if "graph-modes" in checks:
+        say("graph-modes...")
+        lines["graph-modes"] = guarded("graph-modes", partial(check_graph_modes, setup))
+    if set(REFERENCE_CHECKS) & set(checks):
+        lines.update((line.name, line) for line in _reference_lines(setup, checks, say))
+    if "switch-cost" in checks:
+        assert out_dir is not None
+        say("switch-cost (profiling C_switch)...")
+        check = partial(check_switch_cost, setup, out_dir / SWITCH_COST_FILE)
+        lines["switch-cost"] = guarded("switch-cost", check)
+    ordered = tuple(lines[name] for name in CHECK_NAMES if name in lines)
+    return SelfCheckReport(ordered, setup.to_json())
+
+
+def _reference_lines(
+    setup: SelfCheckSetup, checks: Sequence[str], say: Callable[[str], None]
+) -> list[CheckLine]:
+    """The lines of ``REFERENCE_CHECKS`` in ``checks``; each fails if stock vLLM did."""
     say("stock vLLM (reference)...")
     try:
         reference = stock_reference(setup)
-    except Exception as e:  # every line reports it
-        failed = tuple(error_line(name, e) for name in CHECK_NAMES if name in checks)
-        return SelfCheckReport(failed, setup.to_json())
+    except Exception as e:  # every line that needs it reports it
+        return [error_line(name, e) for name in REFERENCE_CHECKS if name in checks]
     lines: list[CheckLine] = []
     for name, check in (("lossless", check_lossless), ("gamma-schedule", check_gamma_schedule)):
         if name in checks:
@@ -245,7 +321,7 @@ def run_selfcheck(
     if {"elastic-cycles", "event-latency"} & set(checks):
         say("elastic-cycles...")
         lines.extend(line for line in _elastic_lines(setup, reference) if line.name in checks)
-    return SelfCheckReport(tuple(lines), setup.to_json())
+    return lines
 
 
 def _elastic_lines(setup: SelfCheckSetup, reference: Reference) -> list[CheckLine]:

@@ -12,11 +12,15 @@ The worker also states three facts in its :class:`WorkerReport` on each step's o
 (rank 0's is the one the scheduler reads): N_max (computed from this rank's KV pages and
 draft weights, ``kv_rebind.num_max_blocks``), whether a background reload has finished
 loading, and the cumulative offloads and reloads with the step loop's time in them, which
-the scheduler counts into the telemetry the metrics export.
+the scheduler counts into the telemetry the metrics export. It also times its own share of
+each expansion, contraction and reload (:class:`WorkerEventTimes`), which the scheduler's
+event times do not include.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +38,7 @@ from nightjar_ray.engine.kv_rebind import (
     plan_kv_arena,
     rebind_kv_to_arena,
 )
-from nightjar_ray.engine.messages import DraftEventCounts, WorkerReport
+from nightjar_ray.engine.messages import DraftEventCounts, WorkerEventTimes, WorkerReport
 from nightjar_ray.engine.testing_config import TestingConfig
 from nightjar_ray.memory.arena import arena_unit_bytes
 from nightjar_ray.memory.arena_budget import ArenaBudget
@@ -53,11 +57,15 @@ class WorkerMemory:
         prepack: PrepackCapture | None = None,
         testing: TestingConfig | None = None,
         reserve_bytes: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """``reserve_bytes``: KV memory the worker held back from vLLM for the arena's
         rounding (``kv_rebind.kv_reserve_bytes``; 0 when none was)."""
         testing = testing or TestingConfig()
         self.runner = model_runner
+        self.clock = clock
+        self.event_times = WorkerEventTimes()
+        """This rank's share of each event kind so far (seconds of ``clock``)."""
         self.sync = sync
         self.mover = build_block_mover(config.block_mover)
         self.num_moved_blocks = 0
@@ -104,13 +112,45 @@ class WorkerMemory:
         self.target_block_bytes = self.block_bytes - sum(pages[p] for p in self.draft_positions)
 
     def apply(self, event: MemoryEvent | None) -> None:
-        """This step's event, before the forward pass (and before vLLM's state update).
+        """This step's event, before the forward pass (and before vLLM's state update);
+        times this rank's share of each event kind in it (``event_times``)."""
+        if event is None:
+            return
+        spent: dict[str, float] = {}
+        if event.moves or event.release is not None:
+            spent["contract"] = self._timed(self._move_and_release, event)
+        for command in event.draft_commands:
+            seconds = self._timed(self._draft_command, command)
+            kind = {"offload": "expand", "reload": "reload"}.get(command)
+            if kind is not None:
+                spent[kind] = spent.get(kind, 0.0) + seconds
+        if event.num_blocks is not None:
+            if event.num_blocks > self.arena.num_slot_blocks:
+                raise RuntimeError(
+                    f"the block pool grew to {event.num_blocks} blocks; this rank's arena holds "
+                    f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
+                )
+            grows = event.num_blocks > self.num_blocks
+            seconds = self._timed(self._grow, event.num_blocks)
+            if grows:
+                spent["expand"] = spent.get("expand", 0.0) + seconds
+        for kind, seconds in spent.items():
+            self.event_times = self.event_times.with_event(kind, seconds)
+        resident = self.offloader is None or self.offloader.stats.resident
+        self.history.append([self.num_blocks, resident, list(event.draft_commands)])
+
+    def _timed(self, work: Callable[[Any], None], arg: Any) -> float:
+        """Seconds of ``work(arg)`` on this rank's clock."""
+        start = self.clock()
+        work(arg)
+        return self.clock() - start
+
+    def _move_and_release(self, event: MemoryEvent) -> None:
+        """A contraction's block moves and page release.
 
         NOTE: while the draft is away its KV is garbage (rebuilt by the catch-up after
         the reload), so block moves and releases leave the draft's layers alone; reading
         or writing them would commit pages the offload gave back."""
-        if event is None:
-            return
         if event.moves:
             layers = self.target_positions if self._draft_away else None
             self.num_remapped_entries += apply_block_moves(
@@ -124,17 +164,6 @@ class WorkerMemory:
             self.num_moved_blocks += len(event.moves)
         if event.release is not None:
             self._release(*event.release)
-        for command in event.draft_commands:
-            self._draft_command(command)
-        if event.num_blocks is not None:
-            if event.num_blocks > self.arena.num_slot_blocks:
-                raise RuntimeError(
-                    f"the block pool grew to {event.num_blocks} blocks; this rank's arena holds "
-                    f"{self.arena.num_slot_blocks} (ranks disagree on N_max)"
-                )
-            self._grow(event.num_blocks)
-        resident = self.offloader is None or self.offloader.stats.resident
-        self.history.append([self.num_blocks, resident, list(event.draft_commands)])
 
     @property
     def _draft_away(self) -> bool:
@@ -194,12 +223,17 @@ class WorkerMemory:
             d = self.offloader.stats
             events = DraftEventCounts(d.num_offloads, d.offload_s, d.num_reloads, d.reload_s)
         return replace(
-            report, num_max_blocks=self.num_max_blocks, draft_ready=ready, draft_events=events
+            report,
+            num_max_blocks=self.num_max_blocks,
+            draft_ready=ready,
+            draft_events=events,
+            event_times=self.event_times,
         )
 
     def stats(self) -> dict[str, Any]:
         """Blocks this rank moved, table entries it rewrote, bytes it released, its
-        arena's resident bytes and its draft's residency (JSON-able)."""
+        arena's resident bytes, its share of the events' time (``worker_events``:
+        ``{kind: [count, seconds]}``) and its draft's residency (JSON-able)."""
         return {
             "num_moved_blocks": self.num_moved_blocks,
             "num_remapped_entries": self.num_remapped_entries,
@@ -214,6 +248,7 @@ class WorkerMemory:
             "peak_committed_bytes": self.peak_committed_bytes,
             "arena_resident_bytes": self.arena.resident_bytes(),
             "num_released_bytes": self.num_released_bytes,
+            "worker_events": self.event_times.to_json(),
             "draft": self.offloader.stats.to_json() if self.offloader else {},
         }
 
