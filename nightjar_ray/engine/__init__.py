@@ -13,7 +13,10 @@ catch-up), ``messages`` (the typed scheduler/worker messages), ``block_pool`` (v
 BlockPool as elastic memory's ``ResizableBlockPool``), ``worker_memory``, ``block_remap``,
 ``kv_rebind``, ``draft_offload``, ``draft_prepack`` (the worker side of elastic memory),
 ``onednn_cache`` (a bound on oneDNN's cache in CPU workers), ``testing_config`` (the
-test-only ``testing`` block), ``offline`` (offline engines for tests and benchmarks).
+test-only ``testing`` block), ``offline`` (offline engines for tests and benchmarks),
+``cudagraphs`` and ``cudagraph_runner`` (which CUDA graph each gamma runs; FULL graphs per
+gamma), ``switch_cost_profiler`` (C_switch on a real engine), ``selfcheck*`` (the checks
+``nightjar-ray selfcheck`` runs).
 """
 
 from nightjar_ray.engine.args import nightjar_engine_args

@@ -9,11 +9,15 @@
     cycles      forced compaction and draft offload/reload cycles (tests, chaos runs)
     block_pool  ResizableBlockPool: the Protocol the controller and the cycles drive
     kernels     §6.3 Step 4: moving KV blocks (PyTorch, and a Triton kernel for GPUs)
-    arena       one reserved address range per device: [target KV | region R]
+    arena       the KVArena protocol and the CPU arena: one reserved range per device,
+                [target KV | region R] per layer; build_kv_arena picks it per device
+    cuda_arena  the CUDA arena on the driver's virtual memory calls (cuda-bindings)
+    arena_layout, arena_units  layer offsets and the blocks -> commit units rounding both use
+    arena_budget  committed bytes at baseline and expanded; the largest N_max within stock
     elastic_mode  the default mode and the rule "auto" resolves by (engine and simulator)
 
-``triggers``, ``migration``, ``controller``, ``events``, ``cycles``, ``elastic_mode`` and
-``block_pool`` are pure Python (no torch).
+``triggers``, ``migration``, ``controller``, ``events``, ``cycles``, ``elastic_mode``,
+``arena_units``, ``arena_budget`` and ``block_pool`` are pure Python (no torch).
 
 vLLM-facing code (growing vLLM's block pool, rebinding a worker's KV cache) lives in
 ``nightjar_ray.engine``, which keeps every ``vllm`` import.
