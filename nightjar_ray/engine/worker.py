@@ -97,6 +97,7 @@ class _NightjarWorkerMixin:
                 self._prepack,
                 config.testing,
                 self._kv_reserve_bytes,
+                fixed_pool=self.vllm_config.cache_config.num_gpu_blocks_override is not None,
             )
 
     def _install_memory_before_graphs(self) -> None:
@@ -113,6 +114,7 @@ class _NightjarWorkerMixin:
                 self._prepack,
                 config.testing,
                 self._kv_reserve_bytes,
+                fixed_pool=self.vllm_config.cache_config.num_gpu_blocks_override is not None,
             )
 
     def _apply_memory_events(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

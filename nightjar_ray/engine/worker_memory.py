@@ -19,6 +19,7 @@ event times do not include.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,7 +35,6 @@ from nightjar_ray.engine.draft_sync import DraftSync
 from nightjar_ray.engine.kv_rebind import (
     KVArenaPlan,
     arena_budget,
-    num_max_blocks,
     plan_kv_arena,
     rebind_kv_to_arena,
 )
@@ -44,6 +44,8 @@ from nightjar_ray.memory.arena import arena_unit_bytes
 from nightjar_ray.memory.arena_budget import ArenaBudget
 from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.kernels import build_block_mover
+
+logger = logging.getLogger(__name__)
 
 
 class WorkerMemory:
@@ -58,9 +60,11 @@ class WorkerMemory:
         testing: TestingConfig | None = None,
         reserve_bytes: int = 0,
         clock: Callable[[], float] = time.perf_counter,
+        fixed_pool: bool = False,
     ) -> None:
         """``reserve_bytes``: KV memory the worker held back from vLLM for the arena's
-        rounding (``kv_rebind.kv_reserve_bytes``; 0 when none was)."""
+        rounding (``kv_rebind.kv_reserve_bytes``; 0 when none was); ``fixed_pool``: the
+        block count is fixed (``num_gpu_blocks_override``), so nothing could be."""
         testing = testing or TestingConfig()
         self.runner = model_runner
         self.clock = clock
@@ -96,7 +100,7 @@ class WorkerMemory:
         draft_bytes = self.offloader.stats.draft_bytes if self.offloader else 0
         unit = arena_unit_bytes(model_runner.kv_caches[0].device)
         self.stock_kv_bytes, self.num_max_blocks = _size_arena(
-            plan, config.on, draft_bytes, unit, reserve_bytes
+            plan, config.on, draft_bytes, unit, reserve_bytes, fixed_pool
         )
         """Stock vLLM's KV buffer for this configuration (the pool plus the reserve) and
         N_max (the stock pool without elastic memory)."""
@@ -254,17 +258,34 @@ class WorkerMemory:
 
 
 def _size_arena(
-    plan: KVArenaPlan, enabled: bool, draft_bytes: int, unit_bytes: int, reserve_bytes: int
+    plan: KVArenaPlan,
+    enabled: bool,
+    draft_bytes: int,
+    unit_bytes: int,
+    reserve_bytes: int,
+    fixed_pool: bool = False,
 ) -> tuple[int, int]:
     """Stock vLLM's KV bytes (N_orig plus the reserved blocks) and N_max (``N_orig``
-    unless ``enabled``); ``ValueError`` when the arena's baseline would exceed stock."""
+    unless ``enabled``); ``ValueError`` when the arena's baseline would exceed stock.
+    ``fixed_pool`` (``num_gpu_blocks_override``): nothing could be held back, so the
+    pool's own rounded commit counts as stock (a warning says by how much it exceeds)."""
     budget = ArenaBudget(plan.page_bytes, plan.draft_layers, plan.num_blocks, unit_bytes, 0)
     if enabled:
         budget = arena_budget(plan, draft_bytes, unit_bytes)
-    num_stock_blocks = plan.num_blocks + reserve_bytes // budget.block_bytes
-    num_max = num_max_blocks(budget, num_stock_blocks) if enabled else plan.num_blocks
-    _check_baseline(budget, num_max, num_stock_blocks * budget.block_bytes)
-    return num_stock_blocks * budget.block_bytes, num_max
+    stock_kv_bytes = (plan.num_blocks + reserve_bytes // budget.block_bytes) * budget.block_bytes
+    baseline = budget.baseline_bytes(plan.num_blocks)
+    if fixed_pool and baseline > stock_kv_bytes:
+        logger.warning(
+            "nightjar memory: num_gpu_blocks_override fixes the pool, so the arena's "
+            "rounding to %d-byte units (%d bytes) comes on top of stock vLLM's KV buffer",
+            budget.unit_bytes,
+            baseline - stock_kv_bytes,
+        )
+        stock_kv_bytes = baseline
+    stock_bytes = stock_kv_bytes + budget.draft_bytes
+    num_max = budget.largest_num_max_blocks(stock_bytes) if enabled else plan.num_blocks
+    _check_baseline(budget, num_max, stock_kv_bytes)
+    return stock_kv_bytes, num_max
 
 
 def _check_baseline(budget: ArenaBudget, num_slot_blocks: int, stock_kv_bytes: int) -> None:

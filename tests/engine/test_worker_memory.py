@@ -10,6 +10,7 @@ tests/engine/test_engine_selfcheck.py.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,10 @@ import pytest
 import torch
 
 from nightjar_ray.engine.config import ElasticMemoryConfig
+from nightjar_ray.engine.kv_rebind import KVArenaPlan, arena_budget
 from nightjar_ray.engine.messages import WORKER_EVENT_KINDS, WorkerEventTimes, WorkerReport
 from nightjar_ray.engine.testing_config import TestingConfig
-from nightjar_ray.engine.worker_memory import WorkerMemory
+from nightjar_ray.engine.worker_memory import WorkerMemory, _size_arena
 from nightjar_ray.memory.events import MemoryEvent
 
 NUM_BLOCKS, HEADS, BLOCK_SIZE, HEAD_DIM = 8, 2, 16, 32
@@ -115,3 +117,33 @@ def test_the_real_clock_times_every_kind(tmp_path: Path, monkeypatch: pytest.Mon
 def test_event_times_refuse_an_unknown_kind() -> None:
     with pytest.raises(ValueError, match=r"kind must be one of .* got 'resume'"):
         WorkerEventTimes().with_event("resume", 1.0)
+
+
+def _plan(num_blocks: int, page_bytes: tuple[int, ...], draft: tuple[int, ...]) -> KVArenaPlan:
+    return KVArenaPlan(num_blocks, (), (), (), page_bytes, draft)
+
+
+def test_a_fixed_pool_counts_its_rounded_commit_as_stock_and_still_grows_within_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 36 blocks of 32 KiB target pages and 8 KiB draft pages in 2 MiB units (the
+    # selfcheck's pool on a GPU): the pool's commit rounds up to whole units per layer.
+    unit, draft_bytes = 2 << 20, 4 << 20
+    plan = _plan(36, (32 << 10, 32 << 10, 8 << 10), (2,))
+    with pytest.raises(ValueError, match="num_gpu_blocks_override"):
+        _size_arena(plan, True, draft_bytes, unit, 0)
+    with caplog.at_level(logging.WARNING):
+        stock_kv, num_max = _size_arena(plan, True, draft_bytes, unit, 0, fixed_pool=True)
+    assert "comes on top of stock" in caplog.text
+    budget = arena_budget(plan, draft_bytes, unit)
+    assert stock_kv == budget.baseline_bytes(36) > 36 * sum(plan.page_bytes)
+    assert num_max > 36 and budget.expanded_bytes(num_max) <= stock_kv + draft_bytes
+    assert budget.expanded_bytes(num_max + 1) > stock_kv + draft_bytes
+
+
+def test_a_pool_sized_by_memory_keeps_stock_as_vllm_would_have_it() -> None:
+    unit = 4096
+    plan = _plan(40, (8192, 8192, 4096), (2,))
+    stock_kv, num_max = _size_arena(plan, True, 1 << 16, unit, 0)
+    assert stock_kv == 40 * (8192 + 8192 + 4096)
+    assert num_max == arena_budget(plan, 1 << 16, unit).largest_num_max_blocks(stock_kv + (1 << 16))
