@@ -55,7 +55,11 @@ def with_resolved_engine_args(llm_config: Any, device_type: str | None = None) -
     ``device_type`` (None: this process's vLLM platform's, the replica's engine's)."""
     nightjar_config_of(llm_config)  # ValueError when build_app did not build it
     engine_kwargs = resolve_engine_args(dict(llm_config.engine_kwargs), device_type, logger)
-    return llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
+    resolved = llm_config.model_copy(update={"engine_kwargs": engine_kwargs})
+    # Ray Serve LLM caches the engine config it derived from the old kwargs (built when
+    # the deployment's placement was computed); the engine must start from the new ones.
+    resolved._engine_config = None
+    return resolved
 
 
 def nightjar_config_of(llm_config: Any) -> NightjarConfig:

@@ -80,8 +80,13 @@ def test_the_replica_resolves_elastic_memory_for_its_device(
     ``auto`` that resolves off says why in the replica's log (Ray Serve's logger)."""
     (app,) = _apps(name)
     given = parse_app_config(app["args"]).llm_config
+    cached = given.get_engine_config()  # Ray Serve LLM caches it before the replica starts
     with caplog.at_level(logging.INFO, logger="ray.serve"):
         resolved = with_resolved_engine_args(given, device_type)
+    engine_config = resolved.get_engine_config()
+    assert engine_config is not cached
+    started = engine_config.get_initialization_kwargs()["additional_config"]["nightjar"]
+    assert started["elastic_memory"]["enabled"] is enabled
     said = [r.getMessage() for r in caplog.records if r.name.startswith("ray.serve.")]
     assert said == (
         []
