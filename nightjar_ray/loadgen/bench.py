@@ -44,6 +44,7 @@ CONTROL = "off-aa"
 CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "nightjar": ("nightjar", {}),
     "nightjar-elastic": ("nightjar", {}),
+    "nightjar-resident": ("nightjar", {}),
     "nightjar-paper": ("nightjar-paper", {}),
     "off": ("off", {}),
     "fixed-1": ("fixed", {"gamma": 1}),
@@ -58,6 +59,7 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
 """name -> (policy, policy_params) of the ``nightjar:`` block."""
 CONTENDER_EXTRAS: dict[str, dict[str, Any]] = {
     "nightjar-elastic": {"elastic_memory": {"enabled": True}},
+    "nightjar-resident": {"elastic_memory": {"enabled": False}},
 }
 """name -> further ``nightjar:`` fields (the rest of the block is the main job's)."""
 
