@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from nightjar_ray.engine.config import CudaGraphs, NightjarConfig
 from nightjar_ray.engine.offline import (
+    CUDA_DEFAULTS,
     ModelSources,
     draft_stats,
     offline_engine,
@@ -103,11 +104,7 @@ SELFCHECK_ENGINE: dict[str, Any] = {
 }
 """A 36-block pool of 32 tokens that 8 running requests fill, and a 64-token step budget
 (long prompts are chunked and share steps with decodes)."""
-GPU_DEFAULTS: dict[str, Any] = {
-    "enforce_eager": False,
-    "gpu_memory_utilization": 0.9,
-    "kv_cache_memory_bytes": None,
-}
+GPU_DEFAULTS: dict[str, Any] = {**CUDA_DEFAULTS, "kv_cache_memory_bytes": None}
 """What replaces the offline engine's CPU defaults on a GPU (CUDA graphs captured)."""
 ELASTIC = {
     "enabled": True,

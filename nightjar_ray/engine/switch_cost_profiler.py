@@ -37,6 +37,7 @@ from nightjar_ray.engine.args import nightjar_engine_args
 from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig
 from nightjar_ray.engine.offline import (
     CPU_DEFAULTS,
+    CUDA_DEFAULTS,
     choose_v1_model_runner,
     draft_stats,
     random_prompts,
@@ -62,12 +63,7 @@ MAX_TOKENS = 12
 
 DEVICE_DEFAULTS: dict[Device, dict[str, Any]] = {
     "cpu": dict(CPU_DEFAULTS),
-    "cuda": {
-        "enforce_eager": False,
-        "gpu_memory_utilization": 0.9,
-        "disable_log_stats": False,
-        "seed": 0,
-    },
+    "cuda": {**CUDA_DEFAULTS, "disable_log_stats": False, "seed": 0},
 }
 """Engine kwargs per device, under the caller's: CPU as the tests run (eager, a 1 GiB KV
 cache); CUDA as the deploy files serve (CUDA graphs captured, 90% of the GPU)."""
