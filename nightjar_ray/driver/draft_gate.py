@@ -125,11 +125,16 @@ class DraftGate:
         target_prefill_s_per_token: float | None,
         explored: bool = False,
         latency_at_zero_s: float | None = None,
+        probe_steps: int | None = None,
     ) -> frozenset[int]:
         """Indices of the requests the draft skips in a step that speculates with
         ``gamma`` (the ``request`` scope of the module docstring). ``owed_tokens`` and
         ``remaining_tokens``: per request, in one order; the other arguments as for
-        :meth:`allows`. Counts a step it leaves no request in as gated."""
+        :meth:`allows`. ``probe_steps``: an exploration probe (``explored``) lasts that
+        many steps, so a request's catch-up is weighed against the tokens the probe
+        itself emits, ``probe_steps * (gamma + 1)`` at most, not its whole remaining
+        output (``None``: no such horizon). Counts a step it leaves no request in as
+        gated."""
         if gamma <= 0:
             return frozenset()
         saving = _gain(gamma, estimates, 1, explored, latency_at_zero_s)
@@ -137,11 +142,17 @@ class DraftGate:
         if saving is not None and target_prefill_s_per_token is not None:
             cost = self.draft_cost_ratio * target_prefill_s_per_token
             price = cost / saving if saving > 0.0 else math.inf
+        horizon = probe_steps * (gamma + 1) if explored and probe_steps is not None else None
         pairs = enumerate(zip(owed_tokens, remaining_tokens, strict=True))
         out = frozenset(
             i
             for i, (owed, remaining) in pairs
-            if remaining <= 0 or (price is not None and owed > 0 and remaining < owed * price)
+            if remaining <= 0
+            or (
+                price is not None
+                and owed > 0
+                and (remaining if horizon is None else min(remaining, horizon)) < owed * price
+            )
         )
         self.num_undrafted_reqs += len(out)
         if out and len(out) == len(owed_tokens):

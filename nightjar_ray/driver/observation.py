@@ -70,6 +70,9 @@ class StepSample(NamedTuple):
     """Prompt tokens of the prefill chunks that shared the step."""
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_drafted_owed_tokens: int = 0
+    """Tokens the draft processed for work owed (prompt chunks, catch-up) in the step, where
+    the draft gate priced that work (0 otherwise): taken out of the sample as well."""
 
 
 class _DecayedMean:
@@ -128,6 +131,8 @@ class ObservationRule:
             duration = corrected
         elif s.gamma == 0 and self.name == "prefill-corrected":
             self._base.setdefault(pow2_key(s.num_reqs), _DecayedMean()).add(s.duration_s)
+        elif s.num_drafted_owed_tokens > 0 and self.name == "prefill-corrected":
+            duration = self._without_owed_s(s, duration)
         return StepResult(
             s.num_reqs,
             s.gamma,
@@ -163,4 +168,13 @@ class ObservationRule:
         if per_token is None:
             return None
         floor = MIN_CORRECTED_FRACTION * s.duration_s
-        return max(floor, s.duration_s - per_token * s.num_prefill_tokens)
+        owed = self._draft_share * s.num_drafted_owed_tokens
+        return max(floor, s.duration_s - per_token * (s.num_prefill_tokens + owed))
+
+    def _without_owed_s(self, s: StepSample, duration_s: float) -> float:
+        """A step without prompt chunks less the draft's priced catch-up, once ``c`` is known."""
+        per_token = self.prefill_s_per_token
+        if per_token is None:
+            return duration_s
+        owed_s = per_token * self._draft_share * s.num_drafted_owed_tokens
+        return max(MIN_CORRECTED_FRACTION * duration_s, duration_s - owed_s)

@@ -152,6 +152,10 @@ class StepDecision:
     """gamma came from the queue-aware objective."""
     num_undrafted_reqs: int = 0
     """Scheduled requests the draft skipped in a step that speculated (``request`` scope)."""
+    num_drafted_owed_tokens: int = 0
+    """Owed tokens (prompt chunks, catch-up) of the requests the draft ran over, in a gated
+    policy's step that speculated: the draft work the gate priced, which the observation
+    rule takes out of the sample."""
 
     @property
     def carries_prefill(self) -> bool:
@@ -246,12 +250,15 @@ class StepDriver:
         leaves the requests the draft skips in :attr:`last_undrafted`."""
         gamma, explored = choice.gamma, choice.explored
         undrafted: frozenset[int] = frozenset()
+        num_owed = 0
         if gamma > 0 and batch.owed_tokens and self.policy.draft_gate:
             with self.policy_lock:
                 undrafted = self._undrafted(batch, gamma, explored)
+            owed = batch.owed_tokens
+            num_owed = sum(owed[i] for i in range(len(owed)) if i not in undrafted)
         gated = bool(undrafted) and len(undrafted) == len(batch.owed_tokens)
         if gated:
-            gamma, undrafted = 0, frozenset()
+            gamma, undrafted, num_owed = 0, frozenset(), 0
         self.last_undrafted = undrafted
         num_reqs = choice.num_reqs
         self.telemetry.on_step(
@@ -264,7 +271,8 @@ class StepDriver:
             num_undrafted_reqs=len(undrafted),
             num_drafted_reqs=batch.num_scheduled_reqs - len(undrafted) if gamma > 0 else 0,
         )
-        self._pending.append(self._decision(batch, choice, gamma, start_s, gated, undrafted))
+        decision = self._decision(batch, choice, gamma, start_s, gated, undrafted)
+        self._pending.append(replace(decision, num_drafted_owed_tokens=num_owed))
         self._step += 1
         self._prev_gamma = gamma
         self._prev_explored = explored
@@ -313,7 +321,14 @@ class StepDriver:
         c = self.observation.prefill_s_per_token
         if policy.gates_per_request:
             return gate.undrafted(
-                gamma, estimates, batch.owed_tokens, batch.remaining_tokens, c, explored, at_zero
+                gamma,
+                estimates,
+                batch.owed_tokens,
+                batch.remaining_tokens,
+                c,
+                explored,
+                at_zero,
+                policy.probe_steps,
             )
         if batch.num_owed_tokens <= 0 or gate.allows(
             gamma,
@@ -372,6 +387,7 @@ class StepDriver:
                     decision.num_prefill_tokens,
                     num_draft_tokens,
                     num_accepted,
+                    decision.num_drafted_owed_tokens,
                 )
             )
         )

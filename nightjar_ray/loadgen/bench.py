@@ -31,6 +31,7 @@ from nightjar_ray.loadgen.summary import summarize
 from nightjar_ray.loadgen.workload import (
     LengthRange,
     TraceScaling,
+    mixed_requests,
     scale_segment,
     synthetic_requests,
     trace_requests,
@@ -46,6 +47,7 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
     "nightjar-elastic": ("nightjar", {}),
     "nightjar-resident": ("nightjar", {}),
     "nightjar-paper": ("nightjar-paper", {}),
+    "nightjar-step-gate": ("nightjar", {}),
     "off": ("off", {}),
     "fixed-1": ("fixed", {"gamma": 1}),
     "fixed-2": ("fixed", {"gamma": 2}),
@@ -60,6 +62,7 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any]]] = {
 CONTENDER_EXTRAS: dict[str, dict[str, Any]] = {
     "nightjar-elastic": {"elastic_memory": {"enabled": True}},
     "nightjar-resident": {"elastic_memory": {"enabled": False}},
+    "nightjar-step-gate": {"testing": {"policy_overrides": {"draft_gate_scope": "step"}}},
 }
 """name -> further ``nightjar:`` fields (the rest of the block is the main job's)."""
 
@@ -89,6 +92,12 @@ def _burst(capacity: float, seed: int, duration: float, vocab: int) -> list[Requ
     return synthetic_requests(arrivals, duration, CHAT_PROMPT, CHAT_OUTPUT, vocab, rng)
 
 
+def _mixed(capacity: float, seed: int, duration: float, vocab: int) -> list[RequestSpec]:
+    rng = random.Random(seed)
+    kinds = ((MIXED_LONG_PROMPT, MIXED_SHORT_OUTPUT), (CHAT_PROMPT, MIXED_LONG_OUTPUT))
+    return mixed_requests(poisson(0.3 * capacity), duration, kinds, vocab, rng)
+
+
 def _trace(path: Path) -> Callable[..., Any]:
     trace = read_trace(path)
     mean_rps = len(trace) / max(trace[-1].arrival_s, 1.0)
@@ -104,6 +113,8 @@ def _trace(path: Path) -> Callable[..., Any]:
 
 
 CHAT_PROMPT, CHAT_OUTPUT = LengthRange(32, 128), LengthRange(32, 96)
+MIXED_LONG_PROMPT, MIXED_SHORT_OUTPUT = LengthRange(512, 1024), LengthRange(2, 8)
+MIXED_LONG_OUTPUT = LengthRange(96, 192)
 
 
 def scenarios(trace_path: Path | None = None) -> dict[str, Scenario]:
@@ -132,6 +143,12 @@ SCENARIOS: dict[str, Scenario] = {
             # NOTE: capacity is measured on the chat mix; prompts ~10x longer make a
             # request's prefill cost several chat requests', so 0.5x would overload.
             _poisson(0.2, LengthRange(512, 1024), LengthRange(8, 16)),
+        ),
+        Scenario(
+            "mixed",
+            "Poisson at 0.3x capacity, per request a coin: prompt 512-1024 with output 2-8,"
+            " or prompt 32-128 with output 96-192",
+            _mixed,
         ),
     )
 }

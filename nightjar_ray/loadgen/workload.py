@@ -85,6 +85,25 @@ def synthetic_requests(
     return out
 
 
+def mixed_requests(
+    arrivals: ArrivalProcess,
+    duration_s: float,
+    kinds: Sequence[tuple[LengthRange, LengthRange]],
+    prompts: PromptSource | int,
+    rng: random.Random,
+) -> list[RequestSpec]:
+    """As :func:`synthetic_requests`, each request's (prompt, output) ranges one of
+    ``kinds`` drawn uniformly: kinds with different shapes share batches."""
+    if not kinds:
+        raise ValueError("mixed_requests needs at least one (prompt, output) kind")
+    source, out = _source(prompts), []
+    for i, t in enumerate(arrivals.times(duration_s, rng)):
+        prompt_len, output_len = kinds[rng.randrange(len(kinds))]
+        prompt = source.prompt(prompt_len.draw(rng), rng)
+        out.append(RequestSpec(i, t, len(prompt), output_len.draw(rng), prompt))
+    return out
+
+
 def scale_segment(
     trace: Sequence[RequestSpec], scaling: TraceScaling, rng: random.Random
 ) -> list[RequestSpec]:

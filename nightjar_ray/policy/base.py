@@ -142,6 +142,13 @@ class Policy(ABC):
         (the default)."""
         return None
 
+    @property
+    def probe_steps(self) -> int | None:
+        """Steps an exploration probe plays its arm (the draft gate weighs a probe's
+        catch-up against them, ``driver/draft_gate.py``); ``None``: not bounded (the
+        default)."""
+        return None
+
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
         """Estimated seconds per token at gamma = 0 and batch size ``num_reqs``, known
         before every arm is (the draft gate's best case, ``driver/draft_gate.py``);

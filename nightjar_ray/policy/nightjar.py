@@ -50,6 +50,21 @@ this key's own samples replace it arm by arm::
     key 16:  [ n0   n1   n2   n3   n4 ]   nearest complete key
     ranked:  [ m0   m1   r*n2 r*n3 r*n4]  r = mean(m0/n0, m1/n1)
 
+``batch_curve`` (beyond the paper, the default) ranks a key's arms at the step's exact
+batch size: each (key, gamma) keeps its mean step time at its mean B, and the estimate at
+B interpolates step time between neighbouring keys (``policy/batch_curve.py``), so a key
+whose best arm changes inside its range plays each side's arm.
+
+``untried_arm_bound`` (beyond the paper, the default): once gamma 0 is settled at a key,
+an arm the key has not settled is priced by a lower bound instead of being played to find
+out: the nearest settled arm below it times the two arms' ratio at the nearest smaller
+key that settled both (speculation's relative cost does not fall as B grows), and, once a
+settled arm lost to a smaller one, that arm's estimate (latency per token is unimodal in
+gamma). Eq. (4) runs over the filled row, so an untried arm plays only where even its
+optimistic price ranks best. An arm no bound prices is tried in order, as exploration:
+for ``explore_bin_steps`` steps of a bin, and while requests wait only in exploration bins
+(an exploitation bin plays the best settled arm).
+
 ``draft_gate`` (beyond the paper, the default) exposes the ranked row through
 ``latency_estimates`` so the driver's draft gate (``driver/draft_gate.py``) can run
 gamma = 0 in a step whose speculation cannot pay for the draft work it owes
@@ -90,12 +105,12 @@ from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn
-from nightjar_ray.policy.factored import REQS_TABLE, TokensPerRequestPrior
+from nightjar_ray.policy.estimates import LATENCY_TABLE, ArmEstimates
 from nightjar_ray.policy.presets import NightjarParams
-from nightjar_ray.policy.stats import ArmTable, PolicyStats
+from nightjar_ray.policy.stats import PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
-LATENCY_TABLE = "latency_per_token_s"
+__all__ = ["LATENCY_TABLE", "NightjarPaperPolicy", "NightjarPolicy"]
 
 BinListener = Callable[[int, int, int, bool, int], None]
 """Called at each bin start with (key, j_B, b_B, explored, gamma), and with explored
@@ -143,20 +158,12 @@ class NightjarPolicy(Policy):
         self._key = bucket_fn(config.bucketing)
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
-        self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
-        self._tokens_prior: TokensPerRequestPrior | None = None
-        if config.latency_estimator == "factored":
-            self._tokens_prior = TokensPerRequestPrior(
-                config.gamma_max + 1, config.tokens_prior_req_steps
-            )
+        self._estimates = ArmEstimates(config, self._key)
         self._local = config.exploration == "local"
         self._explore_steps = config.explore_bin_steps
-        self._share = config.share_across_keys
-        self._min_tokens = config.min_arm_tokens_per_req
+        self._bound = config.untried_arm_bound
         self._gate = config.draft_gate
         self._queue_aware = config.queue_aware
-        self._complete_keys: set[int] = set()
-        self._table = ArmTable(config.gamma_max + 1)
         self._schedules: dict[int, _KeySchedule] = {}
         self._ahead: dict[int, tuple[int, int | None]] = {}
         """key -> (key ahead, its Eq. 4 arm) for the bin under way (``_ahead_arm``)."""
@@ -212,8 +219,21 @@ class NightjarPolicy(Policy):
         else:
             self.num_exploit_bins += 1
             gamma = self.exploit(key, num_reqs, skip)
+            if self._bound and gamma > 0 and self._estimates.ranked(key) is None:
+                gamma = self._trial(key, sched, gamma, queued)
         if self.bin_listener is not None:
             self.bin_listener(key, sched.j, sched.b, explore, gamma)
+        return gamma
+
+    def _trial(self, key: int, sched: _KeySchedule, gamma: int, queued: bool) -> int:
+        """``untried_arm_bound``: trying an arm no bound prices is exploration: it plays
+        for a probe's ``explore_bin_steps`` (then the bin plays the best settled arm), and
+        an exploitation bin does not try it while requests wait, who would pay for its
+        steps (the best settled arm plays). Exploration bins still try it (at their rate,
+        1/b): keys that exist only under queueing must learn too."""
+        if queued:
+            return self._estimates.best_settled(key)
+        sched.exploring = True
         return gamma
 
     def _ahead_arm(
@@ -237,12 +257,12 @@ class NightjarPolicy(Policy):
         key_ahead = self._key(num_reqs_ahead)
         if key_ahead <= key:
             return None
-        means = self._ranked(key_ahead)
+        means = self._estimates.ranked(key_ahead, num_reqs_ahead)
         if means is None:
-            known = [k for k in self._complete_keys if key < k <= key_ahead]
+            known = [k for k in self._estimates.complete_keys if key < k <= key_ahead]
             if not known:
                 return None
-            means = self._means(max(known))
+            means = self._estimates.means(max(known))
         return self._eq4(means, num_reqs, max_skip_tokens)
 
     def _probe_done(self, sched: _KeySchedule) -> bool:
@@ -253,6 +273,8 @@ class NightjarPolicy(Policy):
         """The rest of a capped exploration bin exploits (counted as neither bin kind)."""
         sched.exploring = False
         gamma = self.exploit(key, num_reqs, skip)
+        if self._bound and self._estimates.ranked(key) is None:
+            gamma = self._estimates.best_settled(key)
         if self.bin_listener is not None:
             self.bin_listener(key, sched.j, sched.b, False, gamma)
         return gamma
@@ -265,16 +287,19 @@ class NightjarPolicy(Policy):
         requests wait, a probe of a key that ranks its arms draws from the exploited arm
         and the one below: a shorter step, whose time the waiting requests pay less."""
         lo, hi = 0, self._gamma_max
-        if (self._local or queued) and self._ranked(key) is not None:
+        ranked = self._estimates.ranked(key) is not None
+        if self._bound and not ranked:
+            return self._estimates.first_unsettled(key)
+        if (self._local or queued) and ranked:
             best = self.exploit(key, num_reqs, max_skip_tokens)
             lo, hi = max(0, best - 1), best if queued else min(self._gamma_max, best + 1)
         return self._rng.randint(lo, hi)
 
     def exploit(self, key: int, num_reqs: int, max_skip_tokens: int) -> int:
-        """Eq. (4) over the arms of ``key``; untried arms per the module doc."""
-        means = self._ranked(key)
+        """Eq. (4) over the arms of ``key`` at ``num_reqs``; untried arms per the module doc."""
+        means = self._estimates.ranked(key, num_reqs)
         if means is None:
-            return self._first_unsettled(key)
+            return self._estimates.first_unsettled(key)
         return self._eq4(means, num_reqs, max_skip_tokens)
 
     def _eq4(self, means: list[float], num_reqs: int, max_skip_tokens: int) -> int:
@@ -294,13 +319,17 @@ class NightjarPolicy(Policy):
         return self._gate
 
     @property
+    def probe_steps(self) -> int | None:
+        return self._explore_steps
+
+    @property
     def gates_per_request(self) -> bool:
         return self._gate and self.config.draft_gate_scope == "request"
 
     def latency_estimates(self, num_reqs: int) -> list[float] | None:
         """The row Eq. (4) ranks for ``num_reqs`` (``None``: the key cannot rank every
         arm yet)."""
-        return None if num_reqs < 1 else self._ranked(self._key(num_reqs))
+        return None if num_reqs < 1 else self._estimates.ranked(self._key(num_reqs), num_reqs)
 
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
         """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
@@ -315,79 +344,28 @@ class NightjarPolicy(Policy):
         if not self.config.price_draft_memory:
             return None
         key = self._key(max(num_reqs, 1))
-        means = self._ranked(key)
+        means = self._estimates.ranked(key)
         if means is None:
-            below = [k for k in self._complete_keys if k < key]
+            below = [k for k in self._estimates.complete_keys if k < key]
             if not below:
                 return 1.0
-            means = self._means(max(below))
+            means = self._estimates.means(max(below))
         return means[0] / min(means)
-
-    def _settled(self, key: int, count: float) -> bool:
-        """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
-        tokens per request of ``key`` (the bucket's largest batch size)."""
-        if self._min_tokens == 0.0:
-            return count > 0.0
-        return count >= self._min_tokens * key
-
-    def _first_unsettled(self, key: int) -> int:
-        counts = self._table.row(key)[0]
-        return next(g for g, n in enumerate(counts) if not self._settled(key, n))
-
-    def _ranked(self, key: int) -> list[float] | None:
-        """Per-arm latency estimates of ``key`` for Eq. (4): its own means when every arm
-        was tried; else, with ``share_across_keys``, gaps filled from the nearest complete
-        key; ``None`` when some arm has neither."""
-        counts = self._table.row(key)[0]
-        if key in self._complete_keys:
-            return self._means(key)
-        if not self._share or not self._complete_keys:
-            return None
-        means = self._means(key)
-        near = min(self._complete_keys, key=lambda k: (abs(k - key), k))
-        prior = self._means(near)
-        tried = [g for g, n in enumerate(counts) if n > 0.0]
-        scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
-        return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
-
-    def _means(self, key: int) -> list[float]:
-        """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
-        means = self._table.means[key]
-        return means if self._tokens_prior is None else self._tokens_prior.latency(key, means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)
-        # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
-        # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
-        weight = float(result.num_tokens) if self._token_weighted else 1.0
-        key = self._key(result.num_reqs)
-        self._table.update(key, result.gamma, result.duration_s / result.num_tokens, weight)
-        if self._tokens_prior is not None:
-            self._tokens_prior.update(key, result.gamma, result.num_reqs, result.num_tokens)
-        if key not in self._complete_keys and self._all_settled(key):
-            self._complete_keys.add(key)
-
-    def _all_settled(self, key: int) -> bool:
-        return all(self._settled(key, n) for n in self._table.counts[key])
+        self._estimates.observe(result)
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:
         """Current l~[B, gamma] (seconds per token) or ``None`` if unobserved."""
-        key = self._key(num_reqs)
-        return None if self._table.get(key, gamma) is None else self._means(key)[gamma]
+        return self._estimates.estimate(num_reqs, gamma)
 
     def export_stats(self) -> PolicyStats:
-        tables = {LATENCY_TABLE: self._table.export()}
-        if self._tokens_prior is not None:
-            tables[REQS_TABLE] = self._tokens_prior.table.export()
-        return PolicyStats(self.name, tables)
+        return PolicyStats(self.name, self._estimates.export())
 
     def load_stats(self, stats: PolicyStats) -> None:
         self.check_stats_owner(stats)
-        self._table.load(stats.tables.get(LATENCY_TABLE, {}))
-        if self._tokens_prior is not None:
-            self._tokens_prior.table.load(stats.tables.get(REQS_TABLE, {}))
-            self._tokens_prior.reload()
-        self._complete_keys = {k for k in self._table.counts if self._all_settled(k)}
+        self._estimates.load(stats.tables)
 
     def local_state(self) -> dict[str, Any]:
         return {

@@ -70,6 +70,14 @@ class NightjarParams(PolicyConfig):
             "per request in a key's estimate; 0 is 'token-weighted' exactly."
         ),
     )
+    batch_curve: bool = Field(
+        True,
+        description=(
+            "Rank arms at the step's exact batch size: step time interpolated between "
+            "neighbouring keys' mean (batch size, step time) points; False: the key's mean. "
+            "Needs latency_estimator 'factored'."
+        ),
+    )
     exploration: Exploration = Field(
         "local",
         description=(
@@ -91,6 +99,15 @@ class NightjarParams(PolicyConfig):
         description=(
             "Rank a key's untried arms from the nearest key that tried every arm (rescaled "
             "to this key), instead of playing each untried arm once."
+        ),
+    )
+    untried_arm_bound: bool = Field(
+        True,
+        description=(
+            "Once a key has tried gamma = 0, price each arm it has not tried from the "
+            "nearest tried arm below it at their ratio at the nearest smaller key (a lower "
+            "bound), and play it only if that bound ranks best; False: a key tries every "
+            "arm before trusting any estimate."
         ),
     )
     min_arm_tokens_per_req: float = Field(
@@ -152,9 +169,11 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "bucketing": "exact",
         "switch_cost_weight": 1.0,
         "latency_estimator": "step-mean",
+        "batch_curve": False,
         "exploration": "uniform",
         "explore_bin_steps": None,
         "share_across_keys": False,
+        "untried_arm_bound": False,
         "min_arm_tokens_per_req": 0.0,
         "draft_gate": False,
         "queue_aware": False,

@@ -238,6 +238,7 @@ class Estimating(Scripted):
     """A scripted policy that opts into the draft gate (gamma 3 saves 4 ms per token)."""
 
     draft_gate = True
+    probe_steps = None
 
     def latency_estimates(self, num_reqs: int) -> list[float]:
         return [0.010, 0.009, 0.008, 0.006]

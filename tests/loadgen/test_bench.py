@@ -105,7 +105,7 @@ def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     # checks every other scenario.
     has_trace = SHARED_TRACE.is_file()
     table = scenarios(SHARED_TRACE if has_trace else None)
-    expected = {"low", "medium", "high", "burst", "prefill-heavy"}
+    expected = {"low", "medium", "high", "burst", "prefill-heavy", "mixed"}
     assert set(table) == (expected | {"trace"} if has_trace else expected)
     counts = {name: len(s.build(1.0, 0, 600.0, 1000)) for name, s in table.items()}
     assert counts["low"] < counts["medium"] < counts["high"]
@@ -116,6 +116,21 @@ def test_every_scenario_builds_requests_scaled_to_capacity() -> None:
     heavy = table["prefill-heavy"].build(1.0, 0, 60.0, 1000)
     assert all(512 <= r.num_prompt_tokens <= 1024 and r.num_output_tokens <= 16 for r in heavy)
     assert all(r.prompt is not None and len(r.prompt) == r.num_prompt_tokens for r in heavy)
+    assert counts["mixed"] == pytest.approx(180, rel=0.2)  # 0.3x capacity
+
+
+def test_the_mixed_scenario_puts_both_shapes_in_one_stream() -> None:
+    """Long prompts with short outputs and short prompts with long outputs, a fair coin per
+    request, arriving interleaved (so they share batches)."""
+    mixed = scenarios()["mixed"].build(2.0, 0, 120.0, 1000)
+    long_prompt = [r for r in mixed if r.num_prompt_tokens >= 512]
+    chat = [r for r in mixed if r.num_prompt_tokens <= 128]
+    assert len(long_prompt) + len(chat) == len(mixed)
+    assert all(r.num_output_tokens <= 8 for r in long_prompt)
+    assert all(96 <= r.num_output_tokens <= 192 for r in chat)
+    assert 0.35 < len(long_prompt) / len(mixed) < 0.65
+    kinds = [r.num_prompt_tokens >= 512 for r in sorted(mixed, key=lambda r: r.arrival_s)]
+    assert sum(a != b for a, b in zip(kinds, kinds[1:], strict=False)) > len(mixed) // 4
 
 
 def test_waves_keep_off_resident_and_cap_the_apps() -> None:

@@ -17,9 +17,11 @@ DEFAULTS = {
     "switch_cost_weight": 0.0,
     "latency_estimator": "factored",
     "tokens_prior_req_steps": 16.0,
+    "batch_curve": True,
     "exploration": "local",
     "explore_bin_steps": 2,
     "share_across_keys": False,
+    "untried_arm_bound": True,
     "min_arm_tokens_per_req": 1.0,
     "draft_gate": True,
     "draft_gate_scope": "request",
@@ -31,8 +33,10 @@ PAPER = {
     "bucketing": "exact",
     "switch_cost_weight": 1.0,
     "latency_estimator": "step-mean",
+    "batch_curve": False,
     "exploration": "uniform",
     "explore_bin_steps": None,
+    "untried_arm_bound": False,
     "min_arm_tokens_per_req": 0.0,
     "draft_gate": False,
     "queue_aware": False,
@@ -92,7 +96,7 @@ def test_paper_preset_is_its_own_policy_and_keeps_its_statistics_apart() -> None
 
 
 def _with_complete_key(share: bool) -> NightjarPolicy:
-    params = {"bucketing": "exact", "share_across_keys": share}
+    params = {"bucketing": "exact", "share_across_keys": share, "untried_arm_bound": False}
     policy = build_policy("nightjar", params, rng=random.Random(0))
     assert isinstance(policy, NightjarPolicy)
     # key 16 knows every arm: gamma 2 is best there
@@ -115,7 +119,7 @@ def test_untried_arms_are_ranked_from_the_nearest_complete_key() -> None:
 
 
 def test_sharing_needs_a_complete_key_and_forgets_it_with_new_statistics() -> None:
-    params = {"bucketing": "exact", "share_across_keys": True}
+    params = {"bucketing": "exact", "share_across_keys": True, "untried_arm_bound": False}
     policy = build_policy("nightjar", params, rng=random.Random(0))
     assert isinstance(policy, NightjarPolicy)
     assert policy.exploit(12, 12, 0) == 0  # nothing to share yet
@@ -127,8 +131,9 @@ def test_sharing_needs_a_complete_key_and_forgets_it_with_new_statistics() -> No
 
 
 def _one_unlucky_sample(min_tokens: float) -> NightjarPolicy:
-    """Key 1 (one request): gamma 3 was tried once and every draft token was rejected."""
-    params = {"min_arm_tokens_per_req": min_tokens, "bucketing": "pow2"}
+    """Key 1 (one request): gamma 3 was tried once and every draft token was rejected.
+    (Without the unimodal bound, which would price gamma 3 from gamma 2 instead.)"""
+    params = {"min_arm_tokens_per_req": min_tokens, "bucketing": "pow2", "untried_arm_bound": False}
     policy = build_policy("nightjar", params, rng=random.Random(0))
     assert isinstance(policy, NightjarPolicy)
     for gamma, tokens, step_s in ((0, 2, 40e-3), (1, 2, 25e-3), (2, 2, 27e-3), (4, 3, 30e-3)):

@@ -157,3 +157,21 @@ def test_request_scope_skips_every_owing_request_when_gamma_saves_nothing() -> N
     worse = [0.006, 0.008, 0.010]
     gate = DraftGate(0.1)
     assert gate.undrafted(2, worse, (0, 1, 1000), (100, 10_000, 10_000), PRICE) == {1, 2}
+
+
+def test_a_probe_weighs_its_catch_up_against_its_own_steps_only() -> None:
+    """A probe plays its arm for ``probe_steps`` steps, then the bin may turn back to gamma
+    0 and the lag grows again: a catch-up is worth a probe only if the probe's own tokens
+    pay for it. Requests in sync are drafted; a batch that all lags is not caught up."""
+    gate = DraftGate(0.1)
+    worse = [0.010, 0.012, 0.015]
+    # best case at gamma 2: 10 ms * 2/3 a token; 200 owed tokens cost 20 ms = 3 tokens
+    owed, remaining = (0, 200, 200), (50, 50, 2)
+    assert gate.undrafted(2, worse, owed, remaining, PRICE, explored=True) == frozenset({2})
+    probe = gate.undrafted(2, worse, owed, remaining, PRICE, explored=True, probe_steps=1)
+    assert probe == frozenset({2})  # 1 step emits up to 3 tokens: 20 ms just pays
+    # 400 owed tokens need 6 tokens: the request's 50 would pay, the probe's 3 do not
+    assert gate.undrafted(2, worse, (0, 400), (50, 50), PRICE, True) == set()
+    assert gate.undrafted(2, worse, (0, 400), (50, 50), PRICE, True, probe_steps=1) == {1}
+    # an exploit is not a probe: the horizon does not apply
+    assert gate.undrafted(2, ESTIMATES, (0, 400), (50, 50), PRICE, probe_steps=1) == set()

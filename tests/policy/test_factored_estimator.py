@@ -7,6 +7,7 @@ import random
 import pytest
 
 from nightjar_ray.policy import PolicyStats, StepResult, build_policy
+from nightjar_ray.policy.batch_curve import STEPS_TABLE
 from nightjar_ray.policy.factored import REQS_TABLE
 from nightjar_ray.policy.nightjar import LATENCY_TABLE, NightjarPolicy
 
@@ -61,7 +62,7 @@ def test_one_unlucky_acceptance_draw_does_not_retire_an_arm() -> None:
 def test_a_zero_prior_is_the_token_weighted_estimator_exactly() -> None:
     rng = random.Random(3)
     zero, weighted = (
-        _policy(tokens_prior_req_steps=0.0),
+        _policy(tokens_prior_req_steps=0.0, batch_curve=False),
         _policy(latency_estimator="token-weighted"),
     )
     for _ in range(3000):
@@ -88,7 +89,7 @@ def test_factored_statistics_merge_exactly_and_survive_a_restore() -> None:
         (a if i % 2 else b).observe(result)
         both.observe(result)
     merged = a.export_stats().merge(b.export_stats())
-    assert set(merged.tables) == {LATENCY_TABLE, REQS_TABLE}
+    assert set(merged.tables) == {LATENCY_TABLE, REQS_TABLE, STEPS_TABLE}
     restored = _policy()
     restored.load_stats(PolicyStats.from_json(merged.to_json()))
     for batch in (1, 3, 8, 20):

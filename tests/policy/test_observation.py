@@ -164,3 +164,42 @@ def test_prompt_only_steps_price_the_target_prefill_without_the_drafts_share() -
         for _ in range(MIN_PREFILL_SAMPLES):
             other.observe(StepSample(0, 0, 0, 0, BASE_S + 0.01, 1000))
         assert other.prefill_s_per_token is None
+
+
+def test_draft_work_the_gate_priced_is_taken_out_of_the_sample() -> None:
+    """A gated policy's step reports the owed tokens its draft ran over (prompt chunks and
+    catch-up); the gate charges them per request, so the sample leaves them out and the
+    arm's estimate is its decode alone, not charged twice."""
+    ratio = DRAFT_S_PER_PROMPT_TOKEN / TARGET_S_PER_PROMPT_TOKEN
+    rule = _calibrated(ObservationRule("prefill-corrected", draft_cost_ratio=ratio))
+    pure = rule.observe(_step(2, 0))
+    mixed = rule.observe(_step(2, 2000)._replace(num_drafted_owed_tokens=2000))
+    assert pure is not None and mixed is not None
+    assert mixed.duration_s == pytest.approx(pure.duration_s, rel=1e-6)
+    catch_up = _step(2, 0)._replace(
+        duration_s=_step(2, 0).duration_s + 300 * DRAFT_S_PER_PROMPT_TOKEN
+    )
+    caught = rule.observe(catch_up._replace(num_drafted_owed_tokens=300))
+    assert caught is not None and caught.duration_s == pytest.approx(pure.duration_s, rel=1e-6)
+    # not reported (the paper preset, no gate): the draft's work stays in the sample
+    kept = rule.observe(catch_up)
+    assert kept is not None and kept.duration_s == pytest.approx(catch_up.duration_s)
+
+
+def test_the_driver_reports_the_owed_tokens_of_drafted_requests_only() -> None:
+    """Request scope: the driver sums the owed tokens of the requests the draft runs over;
+    the skipped ones' owed work is not done this step and is not taken out."""
+    policy = build_policy("nightjar", {}, rng=random.Random(0))
+    driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+    for _ in range(MIN_PREFILL_SAMPLES + 2):
+        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
+        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S + 0.01, 1000))
+    for _ in range(6):
+        for g in range(5):
+            policy.observe(StepResult(3, g, 3 * (1 + g), BASE_S))
+    batch = StepBatch(3, 3, 3, 0, 0, owed_tokens=(5000, 4, 0), remaining_tokens=(0, 200, 300))
+    choice = driver.choose(3, 0)
+    assert choice.gamma > 0
+    driver.commit(batch, choice, 0.0)
+    assert driver.last_undrafted == frozenset({0})
+    assert driver._pending[-1].num_drafted_owed_tokens == 4

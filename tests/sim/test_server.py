@@ -341,7 +341,7 @@ def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
         runs[gate] = (srv.driver.gate.num_gated_steps, e2e, srv.driver.observation)
     (gated_on, e2e_on, rule), (gated_off, e2e_off, _) = runs[True], runs[False]
     assert rule is not None and rule.prefill_s_per_token is not None
-    assert gated_on > 20 and gated_off == 0
+    assert gated_on > 10 and gated_off == 0
     assert e2e_on < 0.99 * e2e_off
 
 
@@ -354,9 +354,12 @@ def test_an_outvalued_draft_is_offloaded_sooner_under_load() -> None:
 
     setting = get_setting("rtx4090-7b")
     workload = suite_workload("high", setting, 1)
-    # NOTE: the queue-aware objective stops speculating there before the pool fills;
-    # this checks the memory rule on a policy that still speculates under load.
-    contenders = default_contenders(nightjar_params={"queue_aware": False})
+    # NOTE: the queue-aware objective and the untried-arm bound stop speculating there
+    # before the pool fills; this checks the memory rule on a policy that still
+    # speculates under load.
+    contenders = default_contenders(
+        nightjar_params={"queue_aware": False, "untried_arm_bound": False}
+    )
     (nightjar,) = [c for c in contenders if c.label == "nightjar"]
     runs = {
         rule: run_contender(

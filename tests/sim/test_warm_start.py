@@ -49,7 +49,8 @@ def test_the_warm_policy_holds_the_earlier_statistics_and_fresh_schedules() -> N
 def test_a_warm_start_skips_the_cold_plays_of_every_arm_at_large_batches() -> None:
     cold = _gamma_max_steps_at_large_batches(warm=False)
     warm = _gamma_max_steps_at_large_batches(warm=True)
-    assert cold >= 5, cold  # a cold key plays each untried arm, gamma 4 included
+    # a cold key plays untried arms, gamma 4 included, until its bounds can price them
+    assert cold >= 3, cold
     assert warm <= cold // 4, (warm, cold)  # a warm key ranks its arms from the start
 
 

@@ -1,0 +1,180 @@
+"""What the nightjar policy knows per (batch-size key, gamma), and the rows Eq. (4) ranks.
+
+:class:`ArmEstimates` owns the learned tables (``latency_per_token_s`` and, with the
+``factored`` estimator, ``reqs_per_token`` and ``batch_curve``'s ``steps_per_token``),
+decides when an arm's estimate is trusted (*settled*), and builds the per-gamma row of
+latency per token the policy ranks for a key (``ranked``)::
+
+    key complete (every arm settled)    its own estimates, at the step's B (batch_curve)
+    untried_arm_bound                   settled arms' estimates; each unsettled arm at a
+                                        lower bound (smaller key's ratio, unimodality)
+    share_across_keys                   unsettled arms from the nearest complete key
+    otherwise                           None: the key tries its arms first
+
+Pure Python; every table merges exactly across replicas (``policy/stats.py``). How each
+rule is argued: ``policy/nightjar.py``'s module docstring and docs/policies.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nightjar_ray.policy.base import StepResult
+from nightjar_ray.policy.batch_curve import STEPS_TABLE, BatchCurve
+from nightjar_ray.policy.bucketing import BucketFn
+from nightjar_ray.policy.factored import REQS_TABLE, TokensPerRequestPrior
+from nightjar_ray.policy.presets import NightjarParams
+from nightjar_ray.policy.stats import ArmTable, Cell
+
+LATENCY_TABLE = "latency_per_token_s"
+
+
+class ArmEstimates:
+    """The learned statistics of one nightjar policy (module docstring)."""
+
+    def __init__(self, config: NightjarParams, key: BucketFn) -> None:
+        num_arms = config.gamma_max + 1
+        self._key = key
+        self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
+        self._prior: TokensPerRequestPrior | None = None
+        if config.latency_estimator == "factored":
+            self._prior = TokensPerRequestPrior(num_arms, config.tokens_prior_req_steps)
+        self._curve = BatchCurve(num_arms) if config.batch_curve and self._prior else None
+        self._share = config.share_across_keys
+        self._bound = config.untried_arm_bound
+        self._min_tokens = config.min_arm_tokens_per_req
+        self.table = ArmTable(num_arms)
+        self.complete_keys: set[int] = set()
+        """Keys whose every arm is settled."""
+
+    def observe(self, result: StepResult) -> None:
+        """Fold one validated step into every table."""
+        # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
+        # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
+        weight = float(result.num_tokens) if self._token_weighted else 1.0
+        key, gamma = self._key(result.num_reqs), result.gamma
+        counts = self.table.row(key)[0]
+        was_settled = self.settled(key, counts[gamma])
+        self.table.update(key, gamma, result.duration_s / result.num_tokens, weight)
+        if self._prior is not None:
+            self._prior.update(key, gamma, result.num_reqs, result.num_tokens)
+        if self._curve is not None:
+            self._curve.update(key, gamma, result.num_tokens)
+        # NOTE: a key completes only when one of its arms settles, so only then is it checked.
+        if not was_settled and key not in self.complete_keys and self._all_settled(key):
+            self.complete_keys.add(key)
+
+    def settled(self, key: int, count: float) -> bool:
+        """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
+        tokens per request of ``key`` (the bucket's largest batch size)."""
+        if self._min_tokens == 0.0:
+            return count > 0.0
+        return count >= self._min_tokens * key
+
+    def _all_settled(self, key: int) -> bool:
+        return all(self.settled(key, n) for n in self.table.counts[key])
+
+    def first_unsettled(self, key: int) -> int:
+        """The smallest gamma ``key`` has not settled (it has one: the key is not complete)."""
+        counts = self.table.row(key)[0]
+        return next(g for g, n in enumerate(counts) if not self.settled(key, n))
+
+    def best_settled(self, key: int) -> int:
+        """The settled arm of ``key`` with the lowest estimate (0 when none is settled)."""
+        counts = self.table.row(key)[0]
+        settled = [g for g, n in enumerate(counts) if self.settled(key, n)]
+        if not settled:
+            return 0
+        means = self.means(key)
+        return min(settled, key=means.__getitem__)
+
+    def ranked(self, key: int, num_reqs: int | None = None) -> list[float] | None:
+        """The row Eq. (4) ranks for ``key`` (module docstring; at ``num_reqs`` on the batch
+        curve where given); ``None`` while the key must try an arm first."""
+        counts = self.table.row(key)[0]
+        if key in self.complete_keys:
+            return self.means(key) if num_reqs is None else self.means_at(key, num_reqs)
+        if self._bound:
+            return self._bounded_row(key, counts, num_reqs)
+        if not self._share or not self.complete_keys:
+            return None
+        means = self.means(key)
+        near = min(self.complete_keys, key=lambda k: (abs(k - key), k))
+        prior = self.means(near)
+        tried = [g for g, n in enumerate(counts) if n > 0.0]
+        scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
+        return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
+
+    def _bounded_row(
+        self, key: int, counts: list[float], num_reqs: int | None
+    ) -> list[float] | None:
+        """``untried_arm_bound``: settled arms keep their estimates; an unsettled arm is
+        priced at the larger of two lower bounds: the nearest settled arm below it times
+        the two arms' ratio at the nearest smaller key that settled both, and, once a
+        settled arm lost to a smaller one, that arm's estimate. ``None`` until gamma 0 is
+        settled, or while some arm has neither bound."""
+        if not self.settled(key, counts[0]):
+            return None
+        row = list(self.means(key) if num_reqs is None else self.means_at(key, num_reqs))
+        below, best_below = 0, row[0]
+        smaller: list[int] | None = None
+        for gamma in range(1, len(counts)):
+            if self.settled(key, counts[gamma]):
+                below, best_below = gamma, min(best_below, row[gamma])
+                continue
+            if smaller is None:
+                smaller = sorted((k for k in self.table.counts if k < key), reverse=True)
+            ratio = self._smaller_ratio(smaller, gamma, below)
+            past_best = row[below] > best_below
+            if ratio is None and not past_best:
+                return None
+            row[gamma] = max(row[below] * (ratio or 0.0), row[below] if past_best else 0.0)
+        return row
+
+    def _smaller_ratio(self, smaller: list[int], gamma: int, below: int) -> float | None:
+        """l~[k, gamma] / l~[k, below] at the largest key of ``smaller`` that settled both."""
+        for k in smaller:
+            counts = self.table.counts[k]
+            if self.settled(k, counts[gamma]) and self.settled(k, counts[below]):
+                means = self.means(k)
+                return means[gamma] / means[below] if means[below] > 0.0 else None
+        return None
+
+    def means_at(self, key: int, num_reqs: int) -> list[float]:
+        """l~[B, gamma] per gamma at B = ``num_reqs`` (``batch_curve``; else the key's)."""
+        means = self.means(key)
+        curve, prior = self._curve, self._prior
+        if curve is None or prior is None:
+            return means
+        keys = sorted(self.table.counts)
+        lat, reqs = self.table, prior.table
+        return [m * curve.scale(key, g, num_reqs, keys, lat, reqs) for g, m in enumerate(means)]
+
+    def means(self, key: int) -> list[float]:
+        """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
+        means = self.table.means[key]
+        return means if self._prior is None else self._prior.latency(key, means)
+
+    def estimate(self, num_reqs: int, gamma: int) -> float | None:
+        """Current l~[B, gamma] at the key of ``num_reqs`` (s per token), ``None`` if unseen."""
+        key = self._key(num_reqs)
+        return None if self.table.get(key, gamma) is None else self.means(key)[gamma]
+
+    def export(self) -> dict[str, dict[tuple[int, int], Cell]]:
+        """Every table by name (what ``PolicyStats`` carries)."""
+        tables = {LATENCY_TABLE: self.table.export()}
+        if self._prior is not None:
+            tables[REQS_TABLE] = self._prior.table.export()
+        if self._curve is not None:
+            tables[STEPS_TABLE] = self._curve.table.export()
+        return tables
+
+    def load(self, tables: Mapping[str, Mapping[tuple[int, int], Cell]]) -> None:
+        """Replace every table (a missing one loads empty) and recompute complete keys."""
+        self.table.load(tables.get(LATENCY_TABLE, {}))
+        if self._prior is not None:
+            self._prior.table.load(tables.get(REQS_TABLE, {}))
+            self._prior.reload()
+        if self._curve is not None:
+            self._curve.table.load(tables.get(STEPS_TABLE, {}))
+        self.complete_keys = {k for k in self.table.counts if self._all_settled(k)}

@@ -1,0 +1,180 @@
+"""Arms ranked at the exact batch size (``batch_curve``) and untried arms priced by lower
+bounds instead of played (``untried_arm_bound``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nightjar_ray.policy import PolicyStats, StepResult, build_policy
+from nightjar_ray.policy.batch_curve import STEPS_TABLE
+from nightjar_ray.policy.nightjar import NightjarPolicy
+
+TOKENS_PER_REQ = {0: 1.0, 1: 1.3, 2: 1.5, 3: 1.6, 4: 1.65}
+
+
+def _policy(**params: object) -> NightjarPolicy:
+    policy = build_policy("nightjar", params, rng=random.Random(0))
+    assert isinstance(policy, NightjarPolicy)
+    return policy
+
+
+def _step_s(num_reqs: int, gamma: int) -> float:
+    """A weights read plus work per verified token: gamma 1 beats gamma 0 below B = 86."""
+    return 0.020 + 1e-4 * num_reqs * (1 + gamma)
+
+
+def _step(num_reqs: int, gamma: int) -> StepResult:
+    num_tokens = round(num_reqs * TOKENS_PER_REQ[gamma])
+    return StepResult(
+        num_reqs,
+        gamma,
+        num_tokens,
+        _step_s(num_reqs, gamma),
+        num_reqs * gamma,
+        num_tokens - num_reqs,
+    )
+
+
+def _true_best(num_reqs: int, num_arms: int) -> int:
+    def latency(g: int) -> float:
+        return _step_s(num_reqs, g) / (num_reqs * TOKENS_PER_REQ[g])
+
+    return min(range(num_arms), key=latency)
+
+
+def _learn_keys(policy: NightjarPolicy, arms: range, seed: int = 1) -> None:
+    """Every arm at batch sizes spread over keys 64, 128 and 256."""
+    rng = random.Random(seed)
+    for _ in range(400):
+        b = rng.randint(33, 256)
+        for g in arms:
+            policy.observe(_step(b, g))
+
+
+def test_the_curve_finds_a_crossover_inside_one_key() -> None:
+    """gamma 1 wins below B = 86 and loses above: key 128 (65..128) holds both sides. The
+    key's mean plays one arm over the whole key; the curve follows the crossover."""
+    assert _true_best(70, 2) == 1 and _true_best(120, 2) == 0
+    curve, flat = _policy(gamma_max=1), _policy(gamma_max=1, batch_curve=False)
+    for policy in (curve, flat):
+        _learn_keys(policy, range(2))
+    assert curve.exploit(128, 70, 0) == 1
+    assert curve.exploit(128, 120, 0) == 0
+    assert flat.exploit(128, 70, 0) == flat.exploit(128, 120, 0)
+    for b in (40, 60, 70, 100, 120, 200, 250):
+        assert curve.exploit(curve._key(b), b, 0) == _true_best(b, 2), b
+
+
+def test_the_curve_estimate_is_the_step_time_at_b() -> None:
+    """Between two keys' points the estimate is the interpolated step time over B."""
+    policy = _policy(gamma_max=1)
+    for b in (60, 100):  # one point each in keys 64 and 128
+        for _ in range(5):
+            for g in range(2):
+                policy.observe(_step(b, g))
+    row = policy.latency_estimates(80)
+    assert row is not None
+    # step time is linear in B, so the interpolation between B = 60 and 100 is exact
+    assert row[0] == pytest.approx(_step_s(80, 0) / 80, rel=1e-6)
+
+
+def test_curve_statistics_merge_and_restore() -> None:
+    a, b = _policy(gamma_max=1), _policy(gamma_max=1)
+    _learn_keys(a, range(2), seed=1)
+    _learn_keys(b, range(2), seed=2)
+    merged = a.export_stats().merge(b.export_stats())
+    assert STEPS_TABLE in merged.tables
+    one = _policy(gamma_max=1)
+    one.load_stats(PolicyStats.from_json(merged.to_json()))
+    assert one.exploit(128, 70, 0) == 1 and one.exploit(128, 120, 0) == 0
+
+
+def test_an_arm_that_lost_to_a_smaller_one_retires_the_arms_above_it() -> None:
+    """Latency per token is unimodal in gamma: once gamma 1 is worse than 0 at a key, the
+    arms above it are priced at gamma 1's estimate and never played to find out."""
+    bound, tries = _policy(), _policy(untried_arm_bound=False)
+    for policy in (bound, tries):
+        for g in (0, 1, 0, 1):  # twice: an arm settles at 256 tokens at key 256
+            policy.observe(_step(200, g))
+        assert policy.latency_estimates(200) is None or policy is bound
+    assert bound.exploit(256, 200, 0) == 0
+    row = bound.latency_estimates(200)
+    assert row is not None and row[2:] == [row[1]] * 3
+    assert tries.exploit(256, 200, 0) == 2  # the paper's rule: the next untried arm
+
+
+def test_untried_arms_are_priced_from_a_smaller_key() -> None:
+    """Key 16 knows every arm; key 64 has tried gamma 0 only. An arm is played untried only
+    if its lower bound (key 16's ratio to gamma 0) ranks best."""
+    policy = _policy()
+    for _ in range(5):
+        for g in TOKENS_PER_REQ:
+            policy.observe(_step(16, g))
+    policy.observe(_step(60, 0))
+    policy.observe(_step(60, 0))
+    row = policy.latency_estimates(60)
+    assert row is not None
+    at16 = [_step_s(16, g) / (16 * TOKENS_PER_REQ[g]) for g in TOKENS_PER_REQ]
+    for g in range(1, 5):
+        assert row[g] == pytest.approx(row[0] * at16[g] / at16[0], rel=0.05)
+    best16 = min(range(5), key=at16.__getitem__)
+    assert policy.exploit(64, 60, 0) == best16 > 0
+
+
+def test_no_smaller_key_means_the_arm_is_tried_first() -> None:
+    """A key below every key that knows its arms has no lower bound: it tries in order."""
+    policy = _policy()
+    for _ in range(5):
+        for g in TOKENS_PER_REQ:
+            policy.observe(_step(100, g))
+    policy.observe(_step(6, 0))
+    policy.observe(_step(6, 0))
+    assert policy.latency_estimates(6) is None
+    assert policy.exploit(8, 6, 0) == 1
+
+
+def test_an_exploration_bin_of_an_unranked_key_plays_its_trial_arm() -> None:
+    """Before a key ranks, a probe would duplicate the trial of untried arms (in order) at
+    a random arm, a long one as likely as a short: it plays the trial arm instead."""
+    policy = _policy()
+    policy.observe(_step(200, 0))
+    policy.observe(_step(200, 0))
+    played = {policy.choose(200, 0) for _ in range(40)}
+    assert played == {0, 1}
+    paper = _policy(untried_arm_bound=False)
+    paper.observe(_step(200, 0))
+    paper.observe(_step(200, 0))
+    assert {paper.choose(200, 0) for _ in range(200)} - {0, 1}
+
+
+def _key_with_gamma_zero(**params: object) -> NightjarPolicy:
+    """Key 256 knows gamma 0 only and no smaller key knows anything: gamma 1 is a trial."""
+    policy = _policy(**params)
+    policy.observe(_step(200, 0))
+    policy.observe(_step(200, 0))
+    return policy
+
+
+def test_a_trial_plays_for_a_probe_then_the_best_settled_arm() -> None:
+    """Trying an arm no bound prices is exploration: it plays ``explore_bin_steps`` steps
+    of the bin, unobserved steps included, then the bin plays the best settled arm."""
+    capped = _key_with_gamma_zero(explore_bin_steps=2)
+    whole_bins = _key_with_gamma_zero(explore_bin_steps=None)
+    played = [capped.choose(200, 0) for _ in range(400)]
+    assert set(played) == {0, 1}
+    # bins grow as sqrt(H): once they are longer than the probe, most steps exploit
+    assert sum(played[200:]) < 0.5 * 200
+    assert sum(whole_bins.choose(200, 0) for _ in range(400)) == 400  # never observed
+
+
+def test_while_requests_wait_only_exploration_bins_try() -> None:
+    """The waiting requests would pay for a trial's steps: with a queue an exploitation bin
+    plays the best settled arm and only exploration bins (rate 1/b) try gamma 1, so the
+    trial takes fewer steps than without a queue, but still happens (a key that exists
+    only under queueing must learn)."""
+    queued, idle = _key_with_gamma_zero(), _key_with_gamma_zero()
+    with_queue = sum(queued.choose(200, 0, 230) for _ in range(400))
+    without = sum(idle.choose(200, 0) for _ in range(400))
+    assert 0 < with_queue < without / 2, (with_queue, without)
