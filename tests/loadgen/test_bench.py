@@ -3,6 +3,7 @@ endpoint path is tests/serve/test_bench_serve.py)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -130,7 +131,7 @@ def test_the_mixed_scenario_puts_both_shapes_in_one_stream() -> None:
     assert all(96 <= r.num_output_tokens <= 192 for r in chat)
     assert 0.35 < len(long_prompt) / len(mixed) < 0.65
     kinds = [r.num_prompt_tokens >= 512 for r in sorted(mixed, key=lambda r: r.arrival_s)]
-    assert sum(a != b for a, b in zip(kinds, kinds[1:], strict=False)) > len(mixed) // 4
+    assert sum(a != b for a, b in itertools.pairwise(kinds)) > len(mixed) // 4
 
 
 def test_waves_keep_off_resident_and_cap_the_apps() -> None:
