@@ -39,16 +39,13 @@ MIN_SPREAD = 0.2
 
 
 class BatchCurve:
-    """Steps per token per (key, gamma), and step time interpolated over B."""
+    """Steps per token per (key, gamma) (``table``: each step folds ``1 / tokens`` with
+    weight ``tokens``, as the other tables fold it), and step time interpolated over B."""
 
     __slots__ = ("table",)
 
     def __init__(self, num_arms: int) -> None:
         self.table = ArmTable(num_arms)
-
-    def update(self, key: int, gamma: int, num_tokens: int) -> None:
-        """Fold one step of ``num_tokens`` tokens (the other tables fold the same step)."""
-        self.table.update(key, gamma, 1.0 / num_tokens, float(num_tokens))
 
     def point(
         self, key: int, gamma: int, latency: ArmTable, reqs: ArmTable

@@ -51,17 +51,20 @@ class ArmEstimates:
         """Fold one validated step into every table."""
         # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
         # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
-        weight = float(result.num_tokens) if self._token_weighted else 1.0
+        num_tokens = result.num_tokens
+        weight = float(num_tokens) if self._token_weighted else 1.0
         key, gamma = self._key(result.num_reqs), result.gamma
-        counts = self.table.row(key)[0]
-        was_settled = self.settled(key, counts[gamma])
-        self.table.update(key, gamma, result.duration_s / result.num_tokens, weight)
-        if self._prior is not None:
-            self._prior.update(key, gamma, result.num_reqs, result.num_tokens)
-        if self._curve is not None:
-            self._curve.update(key, gamma, result.num_tokens)
         # NOTE: a key completes only when one of its arms settles, so only then is it checked.
-        if not was_settled and key not in self.complete_keys and self._all_settled(key):
+        check = False
+        if key not in self.complete_keys:
+            counts = self.table.counts.get(key)
+            check = counts is None or not self.settled(key, counts[gamma])
+        self.table.update(key, gamma, result.duration_s / num_tokens, weight)
+        if self._prior is not None:
+            self._prior.update(key, gamma, result.num_reqs, num_tokens)
+            if self._curve is not None:
+                self._curve.table.update(key, gamma, 1.0 / num_tokens, weight)
+        if check and self._all_settled(key):
             self.complete_keys.add(key)
 
     def settled(self, key: int, count: float) -> bool:

@@ -55,7 +55,15 @@ class TokensPerRequestPrior:
 
     def update(self, key: int, gamma: int, num_reqs: int, num_tokens: int) -> None:
         """Fold one step (``num_reqs`` decoding requests emitted ``num_tokens``)."""
-        self.table.update(key, gamma, num_reqs / num_tokens, float(num_tokens))
+        table = self.table
+        counts = table.counts.get(key)
+        if counts is None:
+            table.update(key, gamma, num_reqs / num_tokens, float(num_tokens))
+        else:  # NOTE: ArmTable.update inlined: the hot path of every observe
+            means = table.means[key]
+            n = counts[gamma] + num_tokens
+            counts[gamma] = n
+            means[gamma] += (num_reqs / num_tokens - means[gamma]) * (num_tokens / n)
         self._tokens[gamma] += num_tokens
         self._reqs[gamma] += num_reqs
 

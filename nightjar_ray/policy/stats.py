@@ -52,7 +52,9 @@ class ArmTable:
 
     def update(self, key: int, gamma: int, value: float, weight: float = 1.0) -> None:
         """Fold ``value`` (with ``weight``) into the incremental mean of the cell."""
-        counts, means = self.row(key)
+        counts = self.counts.get(key)
+        # NOTE: the hot path of every policy's observe: one dict lookup when the row exists.
+        counts, means = self.row(key) if counts is None else (counts, self.means[key])
         n = counts[gamma] + weight
         counts[gamma] = n
         means[gamma] += (value - means[gamma]) * (weight / n)
