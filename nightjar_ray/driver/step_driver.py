@@ -374,6 +374,7 @@ class StepDriver:
             duration = duration_s
         self._last_end_s = end_s
         num_accepted = min(num_accepted_tokens, num_draft_tokens)
+        num_decode_tokens = num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs)
         result = (
             None
             if decision.draft_away
@@ -382,7 +383,9 @@ class StepDriver:
                     decision.num_reqs if decision.num_decode_reqs > 0 else 0,
                     decision.verified_gamma,
                     decision.gamma,
-                    num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs),
+                    self._as_if_all_drafted(
+                        decision, num_decode_tokens, num_draft_tokens, num_accepted
+                    ),
                     duration,
                     decision.num_prefill_tokens,
                     num_draft_tokens,
@@ -406,6 +409,22 @@ class StepDriver:
             self.telemetry.on_observed(result.num_tokens, result.duration_s)
         self._record(done)
         return done
+
+    def _as_if_all_drafted(
+        self, decision: StepDecision, num_tokens: int, num_draft_tokens: int, num_accepted: int
+    ) -> int:
+        """The decode tokens the step would have emitted had the draft run over every
+        decoding request (request scope): the undrafted ones emitted one token each, and
+        counting them as they were would read the arm's acceptance low, so a gate pricing
+        a drafted request's saving from it would skip ever more requests."""
+        gamma = decision.verified_gamma
+        if gamma <= 0 or num_draft_tokens <= 0 or not self.policy.gates_per_request:
+            return num_tokens
+        num_drafted = num_draft_tokens / gamma
+        num_undrafted = decision.num_decode_reqs - num_drafted
+        if num_undrafted <= 0:
+            return num_tokens
+        return num_tokens + round(num_undrafted * num_accepted / num_drafted)
 
     def _record(self, done: StepDecision) -> None:
         self.history.append(done)

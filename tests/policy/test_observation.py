@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -12,7 +13,7 @@ from nightjar_ray.driver.observation import (
     ObservationRule,
     StepSample,
 )
-from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.driver.step_driver import Choice, StepBatch, StepDriver
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.policy import StepResult, build_policy, policy_config
 from nightjar_ray.policy.forced import ForcedSchedulePolicy
@@ -203,3 +204,42 @@ def test_the_driver_reports_the_owed_tokens_of_drafted_requests_only() -> None:
     driver.commit(batch, choice, 0.0)
     assert driver.last_undrafted == frozenset({0})
     assert driver._pending[-1].num_drafted_owed_tokens == 4
+
+
+def test_a_step_that_left_requests_undrafted_is_learned_as_if_all_were_drafted() -> None:
+    """Request scope: in a step verifying gamma 2, 3 of 4 decoding requests were drafted
+    (6 draft tokens, 3 accepted) and the fourth emitted one token. The arm is learned at
+    the acceptance the drafted ones saw (1 + 1 token each), not diluted by the skipped one,
+    or the gate would price ever lower savings and skip ever more requests."""
+    seen: list[StepResult] = []
+    policy = build_policy("nightjar", {}, rng=random.Random(0))
+    real = policy.observe
+    policy.observe = lambda r: (seen.append(r), real(r))[1]  # type: ignore[method-assign]
+    now = [0.0]
+    driver = StepDriver(policy, gamma_cap=4, clock=lambda: now[0])
+    batch = StepBatch(4, 4, 4, 0)
+    for choice_gamma in (2, 2):
+        choice = driver.choose(4, 0)
+        driver.commit(batch, replace_gamma(choice, choice_gamma), now[0])
+    now[0] += 0.02
+    driver.on_output(4, 0, 0)  # the first step verified nothing (a transition: no sample)
+    now[0] += 0.02
+    driver.on_output(3 * 2 + 1, 6, 3)
+    assert seen and seen[-1].gamma == 2 and seen[-1].num_tokens == 4 * 2
+    # the step scope (and the paper) learn the step as it ran
+    paper = build_policy("nightjar", {"draft_gate_scope": "step"}, rng=random.Random(0))
+    paper_seen: list[StepResult] = []
+    real_paper = paper.observe
+    paper.observe = lambda r: (paper_seen.append(r), real_paper(r))[1]  # type: ignore[method-assign]
+    stepper = StepDriver(paper, gamma_cap=4, clock=lambda: now[0])
+    for _ in range(2):
+        stepper.commit(batch, replace_gamma(stepper.choose(4, 0), 2), now[0])
+    now[0] += 0.02
+    stepper.on_output(4, 0, 0)
+    now[0] += 0.02
+    stepper.on_output(3 * 2 + 1, 6, 3)
+    assert paper_seen and paper_seen[-1].num_tokens == 7
+
+
+def replace_gamma(choice: Choice, gamma: int) -> Choice:
+    return dataclasses.replace(choice, gamma=gamma)
