@@ -108,6 +108,19 @@ class ArmEstimates:
         scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
         return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
 
+    def ranked_at_or_below(self, key: int, above: int = 0) -> list[float] | None:
+        """The row of the largest key in ``(above, key]`` that ranks its arms (``None``:
+        none does). Walks down from ``key`` and stops at the first."""
+        if key in self.complete_keys or self.table.counts.get(key) is not None:
+            row = self.ranked(key)
+            if row is not None:
+                return row
+        for k in sorted((k for k in self.table.counts if above < k < key), reverse=True):
+            row = self.ranked(k)
+            if row is not None:
+                return row
+        return None
+
     def _bounded_row(
         self, key: int, counts: list[float], num_reqs: int | None
     ) -> list[float] | None:

@@ -252,17 +252,16 @@ class NightjarPolicy(Policy):
         self, key: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
     ) -> int | None:
         """Eq. (4) at the batch size the queue will produce: over the row of its key, or
-        of the largest key between this one and it that ranks every arm; ``None`` when
+        of the largest key between this one and it that ranks its arms; ``None`` when
         no such key is larger than this one (the bin's own arm stands)."""
         key_ahead = self._key(num_reqs_ahead)
         if key_ahead <= key:
             return None
         means = self._estimates.ranked(key_ahead, num_reqs_ahead)
         if means is None:
-            known = [k for k in self._estimates.complete_keys if key < k <= key_ahead]
-            if not known:
+            means = self._estimates.ranked_at_or_below(key_ahead, above=key)
+            if means is None:
                 return None
-            means = self._estimates.means(max(known))
         return self._eq4(means, num_reqs, max_skip_tokens)
 
     def _probe_done(self, sched: _KeySchedule) -> bool:
@@ -337,20 +336,14 @@ class NightjarPolicy(Policy):
 
     def speculation_gain(self, num_reqs: int) -> float | None:
         """``l~[B, 0] / min_gamma l~[B, gamma]`` at the key of ``num_reqs`` once it ranks
-        every arm; before that, at the largest smaller key that does (speculation gains
-        less as B grows, so a smaller batch's gain bounds this one's); 1.0 while no key
-        at or below it ranks (no evidence yet that speculation pays here). ``None`` with
-        ``price_draft_memory`` off (the paper preset)."""
+        its arms (bounded rows included); before that, at the largest smaller key that
+        does (speculation gains less as B grows, so a smaller batch's gain bounds this
+        one's); 1.0 while no key at or below it ranks (no evidence yet that speculation
+        pays here). ``None`` with ``price_draft_memory`` off (the paper preset)."""
         if not self.config.price_draft_memory:
             return None
-        key = self._key(max(num_reqs, 1))
-        means = self._estimates.ranked(key)
-        if means is None:
-            below = [k for k in self._estimates.complete_keys if k < key]
-            if not below:
-                return 1.0
-            means = self._estimates.means(max(below))
-        return means[0] / min(means)
+        means = self._estimates.ranked_at_or_below(self._key(max(num_reqs, 1)))
+        return 1.0 if means is None else means[0] / min(means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)

@@ -47,6 +47,10 @@ class Recorder:
     def last_queued(self) -> bool:
         return self.policy.last_queued
 
+    @property
+    def gates_per_request(self) -> bool:
+        return self.policy.gates_per_request
+
 
 def make(
     name: str, params: dict[str, object], **kw: object

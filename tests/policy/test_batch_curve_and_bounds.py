@@ -178,3 +178,20 @@ def test_while_requests_wait_only_exploration_bins_try() -> None:
     with_queue = sum(queued.choose(200, 0, 230) for _ in range(400))
     without = sum(idle.choose(200, 0) for _ in range(400))
     assert 0 < with_queue < without / 2, (with_queue, without)
+
+
+def test_speculation_gain_reads_bounded_rows_not_only_complete_keys() -> None:
+    """Under the bound a key rarely tries every arm, so 'no complete key' is no evidence
+    that speculation does not pay: the memory rule's gain reads the bounded rows (an A100
+    whose speculation doubles throughput once offloaded its draft for good without it)."""
+    policy = _policy()
+    # key 4: gamma 1 beats gamma 0 (4 ms vs 5 ms a token), gamma 2 loses to gamma 1, so
+    # gamma 3 and 4 are priced by unimodality and never played: ranked, not complete
+    for gamma, tokens, step_s in ((0, 4, 0.020), (1, 5, 0.020), (2, 5, 0.024)):
+        for _ in range(2):
+            policy.observe(StepResult(4, gamma, tokens, step_s))
+    assert 4 not in policy._estimates.complete_keys
+    row = policy.latency_estimates(4)
+    assert row is not None and row[3:] == [row[2]] * 2
+    gain = policy.speculation_gain(200)  # key 256 has seen nothing: the largest key below
+    assert gain == pytest.approx(row[0] / row[1], rel=1e-9) and gain > 1.2
