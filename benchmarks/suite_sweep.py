@@ -137,13 +137,14 @@ def main() -> int:
     labels = [c.label for c in variants]
     print("\n".join(suite_totals(cells, [*labels, "off"])))
     for label in labels:
-        print(f"\n{label}: thr/best static, thr/off, E2E/best static's, best static:")
+        print(f"\n{label}: thr/best static, thr/off, E2E/best static's, E2E/off, best static:")
         for cell in cells:
             if args.cells or not cell.passes(label):
                 print(
                     f"  {cell.setting:11s} {cell.workload:14s} s{cell.seed} "
                     f"{cell.of_best_static(label):.3f} {cell.of_off(label):.3f} "
-                    f"{cell.e2e_of_best_static(label):.3f} {cell.row.oracle_label}"
+                    f"{cell.e2e_of_best_static(label):.3f} {cell.row.ratio(label)[1]:.3f} "
+                    f"{cell.row.oracle_label}"
                 )
     return 0
 

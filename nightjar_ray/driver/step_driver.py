@@ -271,8 +271,9 @@ class StepDriver:
             num_undrafted_reqs=len(undrafted),
             num_drafted_reqs=batch.num_scheduled_reqs - len(undrafted) if gamma > 0 else 0,
         )
-        decision = self._decision(batch, choice, gamma, start_s, gated, undrafted)
-        self._pending.append(replace(decision, num_drafted_owed_tokens=num_owed))
+        self._pending.append(
+            self._decision(batch, choice, gamma, start_s, gated, undrafted, num_owed)
+        )
         self._step += 1
         self._prev_gamma = gamma
         self._prev_explored = explored
@@ -288,6 +289,7 @@ class StepDriver:
         start_s: float,
         gated: bool,
         undrafted: frozenset[int],
+        num_drafted_owed_tokens: int,
     ) -> StepDecision:
         return StepDecision(
             step=self._step,
@@ -305,6 +307,7 @@ class StepDriver:
             gated=gated,
             queued=choice.queued,
             num_undrafted_reqs=len(undrafted),
+            num_drafted_owed_tokens=num_drafted_owed_tokens,
         )
 
     def _undrafted(self, batch: StepBatch, gamma: int, explored: bool) -> frozenset[int]:
@@ -416,7 +419,8 @@ class StepDriver:
         """The decode tokens the step would have emitted had the draft run over every
         decoding request (request scope): the undrafted ones emitted one token each, and
         counting them as they were would read the arm's acceptance low, so a gate pricing
-        a drafted request's saving from it would skip ever more requests."""
+        a drafted request's saving from it would skip ever more requests. (Their
+        verification was one token, not gamma + 1: the step's time stays as it ran.)"""
         gamma = decision.verified_gamma
         if gamma <= 0 or num_draft_tokens <= 0 or not self.policy.gates_per_request:
             return num_tokens

@@ -17,6 +17,9 @@ draws in a context, its next tokens are independent draws from that context's
 distribution, so the per-context statistics add up to one chi-square whose degrees of
 freedom are the sum of theirs. The first token is not tested (only conditioned on).
 
+The draft proposes greedily (vLLM's default) or samples from its own distribution
+(``draft_sample_method: probabilistic``), and the test runs both.
+
 Why it can fail: the negative control samples the same prompt with the same parameters
 from a plain engine on the draft model, and the same statistic at the same thresholds
 must reject it (p < 1e-6, while the speculative run must give p > 1e-3). A draft token
@@ -184,14 +187,21 @@ def conditional_chisquare(samples: Samples, target_probs: TargetProbs) -> Goodne
     return GoodnessOfFit(statistic, dof, pvalue, num_contexts, num_draws)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["greedy", "probabilistic"])
 def speculative_run(
-    lossy_pair: ModelPair, prompt: list[int], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    lossy_pair: ModelPair,
+    prompt: list[int],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Samples, dict[str, Any], Any]:
-    """Samples, draft-sync stats and spec-decode counters of the forced-gamma engine."""
+    """Samples, draft-sync stats and spec-decode counters of the forced-gamma engine, its
+    draft proposing greedily or sampling from its own distribution
+    (``draft_sample_method``: the rejection sampler then uses the drafted rows' full
+    probabilities, which the partial-batch drafter hands over keyed by req_id)."""
     log = Path(tmp_path_factory.mktemp("sampling")) / "decisions.jsonl"
     config = NightjarConfig(decision_log_path=str(log), testing=FORCED)
-    with offline_engine(lossy_pair, config, spec_extra=SPEC_EXTRA, **SAMPLING_ENGINE) as llm:
+    spec = {**SPEC_EXTRA, "draft_sample_method": request.param}
+    with offline_engine(lossy_pair, config, spec_extra=spec, **SAMPLING_ENGINE) as llm:
         return sample(llm, prompt, first_seed=0), draft_stats(llm), spec_counters(llm)
 
 
