@@ -11,15 +11,19 @@ command alone works in CI.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nightjar_ray.cli.args import UsageError, json_object, names
 from nightjar_ray.cli.profile_switch_cost import config_lines
 from nightjar_ray.engine.selfcheck import CHECK_NAMES, SWITCH_COST_FILE, SelfCheckSetup
 from nightjar_ray.engine.selfcheck_switch_cost import FULL_GRID, SELFCHECK_GRID
+
+if TYPE_CHECKING:
+    from nightjar_ray.engine.offline import ModelSources
 
 REPORT_FILE = "selfcheck.json"
 DEFAULT_PAIR = "generated:tiny"
@@ -104,9 +108,9 @@ def _device(args: argparse.Namespace) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _sources(args: argparse.Namespace, device: str) -> tuple[str, str, str]:
-    """Target and draft paths or ids, and the dtype (generated pairs built here)."""
-    from nightjar_ray.serve.config import GENERATED_PAIRS, GENERATED_PREFIX, resolve_generated
+def _sources(args: argparse.Namespace, device: str) -> tuple[str, str, str | None]:
+    """Target and draft as given (the default pair when neither is) and the dtype."""
+    from nightjar_ray.serve.config import GENERATED_PAIRS, GENERATED_PREFIX
 
     if args.target is None and device != "cpu":
         raise UsageError("--target and --draft: needed on a GPU (directories or model ids)")
@@ -116,17 +120,26 @@ def _sources(args: argparse.Namespace, device: str) -> tuple[str, str, str]:
     if dtype is None and target.startswith(GENERATED_PREFIX):
         name = target[len(GENERATED_PREFIX) :].partition("/")[0]
         dtype = GENERATED_PAIRS[name].dtype if name in GENERATED_PAIRS else None
+    return target, draft, dtype
+
+
+def _resolved(models: ModelSources) -> ModelSources:
+    """The sources with generated pairs built here (a usage error naming the flag)."""
+    from nightjar_ray.engine.offline import ModelSources
+    from nightjar_ray.serve.config import resolve_generated
+
     resolved = []
-    for flag, source in (("--target", target), ("--draft", draft)):
+    for flag, source in (("--target", models.target), ("--draft", models.draft)):
         try:
             resolved.append(resolve_generated(source))
         except ValueError as e:
             raise UsageError(f"{flag}: {e}") from None
-    return resolved[0], resolved[1], dtype or "auto"
+    return ModelSources(resolved[0], resolved[1], models.dtype)
 
 
 def setup_of(args: argparse.Namespace) -> SelfCheckSetup:
-    """The engine-side setup of the parsed flags, or a usage error naming the flag."""
+    """The engine-side setup of the parsed flags, or a usage error naming the flag; every
+    flag is checked before a generated pair is built."""
     from nightjar_ray.engine.offline import ModelSources
 
     if (args.target is None) != (args.draft is None):
@@ -134,8 +147,8 @@ def setup_of(args: argparse.Namespace) -> SelfCheckSetup:
     device = _device(args)
     target, draft, dtype = _sources(args, device)
     try:
-        return SelfCheckSetup(
-            ModelSources(target, draft, dtype),
+        setup = SelfCheckSetup(
+            ModelSources(target, draft, dtype or "auto"),
             device="cuda" if device == "cuda" else "cpu",
             tensor_parallel_size=args.tensor_parallel_size,
             num_prompts=args.prompts,
@@ -148,6 +161,7 @@ def setup_of(args: argparse.Namespace) -> SelfCheckSetup:
     except ValueError as e:  # its message starts with the field's name
         field = str(e).split(maxsplit=1)[0]
         raise UsageError(f"{FLAG_OF_FIELD.get(field, field)}: {e}") from None
+    return dataclasses.replace(setup, models=_resolved(setup.models))
 
 
 def _say(message: str) -> None:

@@ -17,7 +17,7 @@ subtracting them subtracts counts and sums (``count * mean``), the inverse of
 :meth:`PolicyStats.merge`.
 
 A pool only accepts statistics with the same *fingerprint* (policy name,
-gamma_max, batch-size keying, estimator): cells of a different configuration
+gamma_max, batch-size keying, estimator, batch curve): cells of a different configuration
 mean something else and would poison it. Pure Python: no ray, no vllm.
 """
 
@@ -36,7 +36,7 @@ from nightjar_ray.policy.stats import Cell, PolicyStats
 MIN_DELTA_COUNT = 1e-9
 """Cells whose count changed by less than this are left out of a delta."""
 
-FINGERPRINT_FIELDS = ("bucketing", "latency_estimator")
+FINGERPRINT_FIELDS = ("bucketing", "latency_estimator", "batch_curve")
 """Config fields (besides name and gamma_max) that change what a cell means."""
 
 

@@ -107,6 +107,8 @@ CHECKED = {"chaos_reload_delay_s": 0.1, "self_check": True}
 """``ELASTIC``: the controller with short persistence (a small test); ``CHECKED`` (testing):
 every reload held 0.1 s in its background thread, so that steps run (and requests arrive)
 while the draft loads, and checked against the weights' digest."""
+PAPER_EXPLORATION = {"queue_aware": False, "untried_arm_bound": False}
+"""Policy overrides: the nightjar policy tries every arm at once, waiting requests or not."""
 
 
 @dataclass(frozen=True)
@@ -225,13 +227,15 @@ def test_nightjar_offloads_a_draft_its_memory_outvalues_losslessly(
     """The nightjar policy with the controller: requests wait for blocks while the policy
     is still learning (no batch size ranks its arms: no evidence speculation pays), so the
     draft's memory is worth more as KV cache (``draft_outvalued``) and goes there although
-    the policy is speculating, the paper's condition (1) does not hold. Lossless."""
+    the policy is speculating, the paper's condition (1) does not hold. Lossless. (The
+    policy runs as the paper's, trying gamma > 0 at once: the default settles gamma = 0
+    first and plays it while requests wait, so condition (1) alone would offload.)"""
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
         policy="nightjar",
         decision_log_path=str(log),
         elastic_memory=ELASTIC,
-        testing=CHECKED,
+        testing={**CHECKED, "policy_overrides": PAPER_EXPLORATION},
     )
     with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **TIGHT_ENGINE) as llm:
         out = run_batch(llm, copy_prompts, MAX_TOKENS).token_ids

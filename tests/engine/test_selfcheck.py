@@ -27,6 +27,7 @@ from nightjar_ray.engine.selfcheck_report import (
     latency_line,
     lossless_line,
 )
+from nightjar_ray.serve.config import CACHE_ENV
 
 REFERENCE = [[1, 2, 3, 4], [5, 6, 7, 8]]
 
@@ -229,8 +230,14 @@ def test_the_setup_rejects_bad_values_naming_the_field() -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # an empty cache, as on a clean clone: flags are checked before a pair is generated
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     assert main(["selfcheck", "--out", str(tmp_path / "out"), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"nightjar-ray selfcheck: error: {message}") and err.count("\n") == 1

@@ -92,11 +92,14 @@ def two_model_args(snapshot_dir: Path, deployment: dict[str, Any] | None = None)
 
 def expected_pool_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:
     """The pool's count for a replica's observations (its report to the policy actor):
-    steps (step-mean), tokens (token-weighted), tokens in each of two tables (factored)."""
+    steps (step-mean), else tokens in each table (the latency table, ``factored``'s
+    requests per token, ``batch_curve``'s steps per token)."""
     estimator = fingerprint.get("latency_estimator")
     if estimator == "step-mean":
         return float(report["num_observed_steps"])
-    return (2.0 if estimator == "factored" else 1.0) * report["observed_tokens"]
+    factored = estimator == "factored"
+    num_tables = 1 + factored + (factored and bool(fingerprint.get("batch_curve")))
+    return num_tables * report["observed_tokens"]
 
 
 def client_headers(headers: Mapping[str, str] | None) -> dict[str, str]:

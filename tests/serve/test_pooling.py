@@ -99,9 +99,12 @@ def test_fingerprint_names_what_changes_a_cell() -> None:
         "gamma_max": 3,
         "bucketing": "pow2",
         "latency_estimator": "token-weighted",
+        "batch_curve": True,
     }
     other = build_policy("nightjar", {**PARAMS, "gamma_max": 4}, rng=random.Random(0))
     assert stats_fingerprint("nightjar", other.config) != fp
+    flat = build_policy("nightjar", {**PARAMS, "batch_curve": False}, rng=random.Random(0))
+    assert stats_fingerprint("nightjar", flat.config) != fp
 
 
 def test_pool_rejects_other_configs_and_bad_payloads_untouched(tmp_path: Path) -> None:
