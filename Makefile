@@ -76,8 +76,9 @@ profile-switch-cost: $(VENV)/.installed-dev
 	$(BIN)/nightjar-ray profile-switch-cost --out $(RESULTS)/switch-cost.csv
 
 # Simulator benchmarks recorded in docs/benchmarks.md ("Simulator"); they replay the Azure
-# conversation trace named by NIGHTJAR_TRACE (default: the shared copy beside the checkout).
-export NIGHTJAR_TRACE ?= ../shared/data/azure_llm_inference_trace_conv_2023.csv
+# conversation trace named by NIGHTJAR_TRACE (default: the shared copy beside the checkout,
+# where there is one; without a trace the trace scenarios are left out).
+export NIGHTJAR_TRACE ?= $(wildcard ../shared/data/azure_llm_inference_trace_conv_2023.csv)
 SIM_SETTINGS := rtx4090-7b a100-13b l20x2-32b
 SIM_JOBS ?= 1
 SIM := $(BIN)/nightjar-ray simulate compare --jobs $(SIM_JOBS)

@@ -157,7 +157,10 @@ def _on_run(rnd: int, scenario: str, contender: str, s: dict[str, Any]) -> None:
 
 def _trace(args: argparse.Namespace) -> Path | None:
     """The trace scenario's CSV: ``--trace``, else ``$NIGHTJAR_TRACE``; without either the
-    scenario is left out (and said so); a named file that is not there is an error."""
+    scenario is left out (and said so); a named file that is not there is an error, when
+    the scenario runs or ``--trace`` names it."""
+    if args.trace is None and "trace" not in args.scenarios:
+        return None
     if args.trace is None and not os.environ.get(TRACE_ENV):
         if "trace" in args.scenarios:
             print(f"bench-serve: no --trace or ${TRACE_ENV}: no trace scenario", file=sys.stderr)

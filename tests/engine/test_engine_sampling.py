@@ -62,8 +62,8 @@ SPEC_ALPHA = 1e-3
 CONTROL_P_MAX = 1e-6
 """The draft's samples must give p below this."""
 SAMPLING_ENGINE = {
-    "max_num_seqs": 8,
-    "max_num_batched_tokens": 256,
+    "max_num_seqs": 32,
+    "max_num_batched_tokens": 512,
     "max_model_len": 256,
     "kv_cache_memory_bytes": 32 << 20,
 }
