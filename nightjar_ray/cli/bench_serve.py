@@ -159,12 +159,12 @@ def _trace(args: argparse.Namespace) -> Path | None:
     """The trace scenario's CSV: ``--trace``, else ``$NIGHTJAR_TRACE``; without either the
     scenario is left out (and said so); a named file that is not there is an error, when
     the scenario runs or ``--trace`` names it."""
-    if args.trace is None and "trace" not in args.scenarios:
-        return None
-    if args.trace is None and not os.environ.get(TRACE_ENV):
-        if "trace" in args.scenarios:
+    if args.trace is None:
+        if "trace" not in args.scenarios:
+            return None
+        if not os.environ.get(TRACE_ENV):
             print(f"bench-serve: no --trace or ${TRACE_ENV}: no trace scenario", file=sys.stderr)
-        return None
+            return None
     try:
         return resolve_trace(args.trace, os.environ)
     except ValueError as e:
