@@ -28,11 +28,17 @@ How the target's prefill cost is learned, from the engine's own steps (no cost m
 
 At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone; a
 step of prompt chunks alone (one request at a time never has a mixed step) prices it
-with the draft's share taken out when the draft ran. The draft gate
-(``driver/draft_gate.py``) prices the draft's owed work from ``c`` too. Until
-``c`` has ``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as
-``pure``). ``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so
-the estimate follows drift in prompt lengths.
+with the draft's share taken out when the draft ran. Until ``c`` has
+``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as ``pure``).
+``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so the
+estimate follows drift in prompt lengths.
+
+The draft gate (``driver/draft_gate.py``) prices the draft's owed work with ``c`` too,
+and before ``c`` is trusted with a rougher estimate that also takes steps whose key has
+no base over the nearest key's base, once ``MIN_PREFILL_TOKENS`` prompt tokens are
+behind it. Long prompts keep every step mixed, so their keys never get a base, and a
+burst of them on a cold engine would otherwise meet a gate that has no price and lets
+the draft run over every prompt. The rougher estimate never corrects a sample.
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ OBSERVATION_RULES: tuple[str, ...] = get_args(ObservationRuleName)
 DEFAULT_OBSERVATION_RULE: ObservationRuleName = "prefill-corrected"
 
 MIN_PREFILL_SAMPLES = 8
-"""gamma = 0 steps with prefill needed before ``c`` is trusted."""
+"""Steps with prefill that make ``c`` trusted."""
+MIN_PREFILL_TOKENS = 512
+"""Prompt tokens behind the draft gate's rough price before it is used."""
 DECAY = 0.995
 """Weight kept by past samples per new one (an effective window of ~200 samples)."""
 MIN_CORRECTED_FRACTION = 0.05
@@ -90,6 +98,26 @@ class _DecayedMean:
         return self.total / self.weight if self.weight > 0.0 else None
 
 
+class _PrefillCost:
+    """A decayed ratio estimate of prefill seconds per prompt token, with its counts."""
+
+    __slots__ = ("mean", "num_samples", "num_tokens")
+
+    def __init__(self) -> None:
+        self.mean = _DecayedMean()
+        self.num_samples = self.num_tokens = 0
+
+    def add(self, excess_s: float, num_prefill_tokens: int) -> None:
+        self.mean.add(excess_s, float(num_prefill_tokens))
+        self.num_samples += 1
+        self.num_tokens += num_prefill_tokens
+
+    @property
+    def s_per_token(self) -> float | None:
+        per_token = self.mean.mean
+        return None if per_token is None else max(0.0, per_token)
+
+
 class ObservationRule:
     """Turns :class:`StepSample` into the policy's :class:`StepResult` (module doc)."""
 
@@ -101,16 +129,28 @@ class ObservationRule:
         self.name = name
         self._draft_share = draft_cost_ratio
         self._base: dict[int, _DecayedMean] = {}
-        self._prefill = _DecayedMean()
-        self._num_prefill_samples = 0
+        self._prefill = _PrefillCost()
+        """From same-key bases only: what samples are corrected with."""
+        self._price = _PrefillCost()
+        """The same samples and those taken over the nearest key's base."""
 
     @property
     def prefill_s_per_token(self) -> float | None:
-        """Learned target prefill cost per prompt token, once trusted (else ``None``)."""
-        if self._num_prefill_samples < MIN_PREFILL_SAMPLES:
+        """Learned target prefill cost per prompt token, once trusted (else ``None``): what
+        samples are corrected with."""
+        if self._prefill.num_samples < MIN_PREFILL_SAMPLES:
             return None
-        per_token = self._prefill.mean
-        return None if per_token is None else max(0.0, per_token)
+        return self._prefill.s_per_token
+
+    @property
+    def prefill_price_s_per_token(self) -> float | None:
+        """The cost the draft gate prices owed work with: :attr:`prefill_s_per_token` once
+        trusted, before that the estimate that also counts the nearest key's base, after
+        ``MIN_PREFILL_TOKENS`` prompt tokens (else ``None``)."""
+        trusted = self.prefill_s_per_token
+        if trusted is not None or self._price.num_tokens < MIN_PREFILL_TOKENS:
+            return trusted
+        return self._price.s_per_token
 
     def observe(self, s: StepSample) -> StepResult | None:
         """The sample to learn from, or ``None`` (see module doc)."""
@@ -148,22 +188,49 @@ class ObservationRule:
         (``draft_cost_ratio`` of the target's) when the draft ran over the chunks."""
         if self.name != "prefill-corrected" or s.num_prefill_tokens <= 0:
             return
-        base = self._base.get(1)
-        if base is None or base.mean is None or not s.duration_s > base.mean:
-            return
         share = 1.0 + (self._draft_share if s.next_gamma > 0 else 0.0)
-        self._add_prefill_sample((s.duration_s - base.mean) / share, s.num_prefill_tokens)
+        self._add_prefill_sample(1, s.duration_s, s.num_prefill_tokens, share, prompt_only=True)
 
-    def _add_prefill_sample(self, excess_s: float, num_prefill_tokens: int) -> None:
-        self._prefill.add(excess_s, float(num_prefill_tokens))
-        self._num_prefill_samples += 1
+    def _add_prefill_sample(
+        self,
+        num_reqs: int,
+        duration_s: float,
+        num_prefill_tokens: int,
+        share: float = 1.0,
+        prompt_only: bool = False,
+    ) -> None:
+        """Price the target's prefill from a step's time over the decode base at
+        ``num_reqs``' key: into both estimates when that key has a base, else into the
+        gate's alone against the nearest key's. A ``prompt_only`` step no longer than the
+        base is no sample."""
+        key = pow2_key(num_reqs)
+        estimates: tuple[_PrefillCost, ...]
+        exact = self._base.get(key)
+        if exact is not None and exact.mean is not None:
+            base, estimates = exact.mean, (self._prefill, self._price)
+        else:
+            nearest = self._nearest_base_s(key)
+            if nearest is None:
+                return
+            base, estimates = nearest, (self._price,)
+        if prompt_only and not duration_s > base:
+            return
+        for estimate in estimates:
+            estimate.add((duration_s - base) / share, num_prefill_tokens)
+
+    def _nearest_base_s(self, key: int) -> float | None:
+        """The decode base at the key nearest ``key`` that has one (the lower of two as
+        near): long prompts keep a key from ever running a pure step."""
+        known = [k for k, mean in self._base.items() if mean.mean is not None]
+        if not known:
+            return None
+        nearest = min(known, key=lambda k: (abs(k.bit_length() - key.bit_length()), k))
+        return self._base[nearest].mean
 
     def _corrected_s(self, s: StepSample) -> float | None:
         """Duration less the target's prefill share; learns that share at gamma = 0."""
         if s.gamma == 0:
-            base = self._base.get(pow2_key(s.num_reqs))
-            if base is not None and base.mean is not None:
-                self._add_prefill_sample(s.duration_s - base.mean, s.num_prefill_tokens)
+            self._add_prefill_sample(s.num_reqs, s.duration_s, s.num_prefill_tokens)
         per_token = self.prefill_s_per_token
         if per_token is None:
             return None

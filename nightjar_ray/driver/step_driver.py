@@ -321,7 +321,7 @@ class StepDriver:
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
         policy, gate = self.policy, self.gate
         estimates, at_zero = policy.latency_estimates(num_reqs), policy.latency_at_zero_s(num_reqs)
-        c = self.observation.prefill_s_per_token
+        c = self.observation.prefill_price_s_per_token
         if policy.gates_per_request:
             return gate.undrafted(
                 gamma,

@@ -10,6 +10,7 @@ import pytest
 from nightjar_ray.driver.observation import (
     DEFAULT_OBSERVATION_RULE,
     MIN_PREFILL_SAMPLES,
+    MIN_PREFILL_TOKENS,
     ObservationRule,
     StepSample,
 )
@@ -167,6 +168,55 @@ def test_prompt_only_steps_price_the_target_prefill_without_the_drafts_share() -
         assert other.prefill_s_per_token is None
 
 
+def test_one_long_prompt_on_a_cold_engine_teaches_the_gate_its_price() -> None:
+    """A burst of long prompts arrives at a cold engine: the first prompt's step prices the
+    target's prefill for the draft gate at once (``MIN_PREFILL_TOKENS``), so the gate
+    prices the draft's work on the rest of the burst; samples are corrected only after
+    ``MIN_PREFILL_SAMPLES`` steps, and short prompts need that many for the gate too."""
+    one_decode = StepSample(1, 0, 0, 1, BASE_S, 0)
+
+    def prompt_only(num_prompt_tokens: int) -> StepSample:
+        duration = BASE_S + TARGET_S_PER_PROMPT_TOKEN * num_prompt_tokens
+        return StepSample(0, 0, 0, 0, duration, num_prompt_tokens)
+
+    rule = ObservationRule("prefill-corrected")
+    rule.observe(one_decode)
+    rule.observe(prompt_only(MIN_PREFILL_TOKENS - 1))
+    assert rule.prefill_price_s_per_token is None
+    rule.observe(prompt_only(944))
+    assert rule.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    assert rule.prefill_s_per_token is None
+    assert rule.observe(_step(0, 2000, num_reqs=1)) is None  # not corrected yet: no sample
+    short = ObservationRule("prefill-corrected")
+    short.observe(one_decode)
+    for i in range(MIN_PREFILL_SAMPLES):
+        assert short.prefill_price_s_per_token is None, i
+        short.observe(prompt_only(8))
+    assert short.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    assert short.prefill_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+
+
+def test_a_mixed_step_whose_key_never_ran_pure_learns_against_the_nearest_key() -> None:
+    """Long prompts keep every step at B=6 mixed, so key 8 never has a pure gamma 0 step:
+    its excess is taken over the nearest key with one (the lower of two as near) for the
+    draft gate's price only, and no price is learned before any key has one."""
+    rule = ObservationRule("prefill-corrected")
+    assert rule.observe(_step(0, 2000, num_reqs=6)) is None
+    assert rule.prefill_s_per_token is None
+    rule.observe(_step(0, 0, num_reqs=2))
+    rule.observe(_step(0, 0, num_reqs=32)._replace(duration_s=1.0))  # two keys further
+    rule.observe(_step(0, 2000, num_reqs=6))
+    assert rule.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    for _ in range(MIN_PREFILL_SAMPLES):  # the nearest key's base never corrects samples
+        assert rule.observe(_step(0, 2000, num_reqs=6)) is None
+    assert rule.prefill_s_per_token is None
+    tie = ObservationRule("prefill-corrected")
+    tie.observe(_step(0, 0, num_reqs=4))
+    tie.observe(_step(0, 0, num_reqs=16)._replace(duration_s=1.0))  # as near as key 4
+    tie.observe(_step(0, 2000, num_reqs=8))
+    assert tie.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+
+
 def test_draft_work_the_gate_priced_is_taken_out_of_the_sample() -> None:
     """A gated policy's step reports the owed tokens its draft ran over (prompt chunks and
     catch-up); the gate charges them per request, so the sample leaves them out and the
@@ -204,6 +254,28 @@ def test_the_driver_reports_the_owed_tokens_of_drafted_requests_only() -> None:
     driver.commit(batch, choice, 0.0)
     assert driver.last_undrafted == frozenset({0})
     assert driver._pending[-1].num_drafted_owed_tokens == 4
+
+
+def test_the_driver_prices_a_cold_burst_from_its_first_long_prompt() -> None:
+    """The step after a cold engine's first long prompt (a burst behind it): the gate has
+    that prompt's price, so the draft does not run over 5,000 owed prompt tokens for the
+    15 tokens the request still emits; before that prompt the gate had no price and
+    speculated."""
+    cpu_s_per_prompt_token = 5e-3  # a CPU engine's order of magnitude
+    for learned in (False, True):
+        policy = build_policy("nightjar", {}, rng=random.Random(0))
+        driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
+        if learned:
+            duration = BASE_S + cpu_s_per_prompt_token * 944
+            driver.observation.observe(StepSample(0, 0, 0, 0, duration, 944))
+        for _ in range(3):
+            policy.observe(StepResult(2, 0, 2, BASE_S))
+        batch = StepBatch(2, 2, 2, 0, 0, owed_tokens=(0, 5000), remaining_tokens=(15, 15))
+        played = driver.commit(batch, replace_gamma(driver.choose(2, 0), 2), 0.0)
+        assert (played, driver.last_undrafted) == (
+            (2, frozenset({1})) if learned else (2, frozenset())
+        )
 
 
 def test_a_step_that_left_requests_undrafted_is_learned_as_if_all_were_drafted() -> None:

@@ -227,12 +227,13 @@ CLIENT_TIMEOUT_S = 60.0
 FAULT_PROMPTS = [tuple(range(20 + i, 40 + i)) for i in range(3)]
 
 
-def _in_flight_at(run: Any, at_s: float) -> set[int]:
-    """Requests sent before ``at_s`` that had not finished by then."""
+def _in_flight_during(run: Any, start_s: float, end_s: float) -> set[int]:
+    """Requests in flight at some moment of [start_s, end_s]: sent by ``end_s`` and not
+    finished before ``start_s`` (a request the fault fails at once finishes inside it)."""
     return {
         r.req_id
         for r in run.records
-        if r.sent_s <= at_s and (r.finish_s is None or r.finish_s > at_s)
+        if r.sent_s <= end_s and (r.finish_s is None or r.finish_s >= start_s)
     }
 
 
@@ -269,7 +270,9 @@ def test_losing_a_worker_node_under_load_brings_its_replica_back_on_the_spare(
     assert report.num_hung == 0 and report.num_mismatched == 0, report
     assert set(faults.replica_nodes(APP).values()) == {cluster.head_node_id, cluster.spare_node_id}
     failed = {r.req_id for r in run.records if not r.ok}
-    assert failed <= _in_flight_at(run, report.fault_at_s + 1.0), (failed, report)
+    in_flight = _in_flight_during(run, report.fault_at_s, report.fault_at_s + 1.0)
+    timings = [(r.req_id, r.sent_s, r.finish_s, r.error) for r in run.records if not r.ok]
+    assert failed <= in_flight, (timings, report)
     assert report.num_compared > len(failed), report
     (moved,) = set(faults.replica_nodes(APP)) - set(before)
     after = asyncio.run(
