@@ -6,6 +6,10 @@ depend only on the target's weights and the engine arguments, so one plain engin
 every test of the session that asks for it. Engines start on first use and shut down
 together, last started first, when the session ends. Each use starts from an empty
 prefix cache.
+
+They run in spawned processes, as vLLM starts them by default, whatever the module that
+starts one runs its engines under test with: an engine that shares the test process with
+another shares its distributed groups, and outlives it here.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from typing import Any
 import pytest
 
 from nightjar_ray.models.pair import ModelPair
+
+SPAWNED = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+"""vLLM's default: the engine core and its workers in their own processes."""
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -54,7 +61,7 @@ class ReferenceEngines:
         key = (self._digests[pair.target_dir], arguments)
         if key not in self._engines:
             with pytest.MonkeyPatch.context() as patch:  # the engine's processes inherit it
-                for name, value in (env or {}).items():
+                for name, value in {**(env or {}), **SPAWNED}.items():
                     patch.setenv(name, value)
                 engine = self._stack.enter_context(offline_engine(pair, None, **kwargs))
             self._engines[key] = engine

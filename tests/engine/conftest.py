@@ -6,8 +6,18 @@ started per test or module and shut down after; the plain engines that decode
 reference outputs are shared by the session (``reference_engines``, tests/conftest.py).
 The copy and lossy pairs share their target (same spec and seed), so one plain engine
 serves both.
+
+Engines under test run vLLM's engine core and (single-rank) worker in the test process
+(:func:`engines_in_the_test_process`): the same vLLM code without two spawned processes
+that each import vLLM (~30 s of a 2-core machine per engine). A module that measures the
+engine's processes, or must cross their boundary, says so with
+``pytest.mark.spawned_engines``; the production path (spawned engine core and workers)
+also runs under the Serve tests, the TP tests' ranks and the lossless module's spawned
+case.
 """
 
+import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +52,28 @@ TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
 LENGTHS = LOAD_PROMPT_LENGTHS
 """Prompt lengths of the tight-pool tests (the self-check's): more requests than the pool
 holds at once."""
+
+
+IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""vLLM's switch: ``0`` runs the engine core in the caller's process and, on CPU, the
+single-rank worker with it (vLLM's CPU platform keeps the uni executor then)."""
+NUMBA_LOADED = "llvmlite.binding.ffi"
+"""Once numba is imported (vLLM's ngram proposer does), vLLM 0.32 starts no engine in the
+process: its CPU worker's kernel registration reads ``vars()`` of every module attribute
+and llvmlite's ``lib`` has no mapping there (``triton_utils/dispatcher.py`` L138-139)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engines_in_the_test_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Engines this module starts run in the test process, unless it is marked
+    ``spawned_engines``. Only one such engine runs at a time: vLLM's distributed groups
+    are per process (the shared reference engines are spawned, tests/reference_engines)."""
+    if request.node.get_closest_marker("spawned_engines") or NUMBA_LOADED in sys.modules:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(IN_PROCESS_ENV, "0")
+        yield
 
 
 @pytest.fixture(scope="session")

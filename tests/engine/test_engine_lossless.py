@@ -16,7 +16,7 @@ from nightjar_ray.engine.offline import draft_stats, offline_engine, run_batch
 from nightjar_ray.models.pair import ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
+from .conftest import IN_PROCESS_ENV, MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
@@ -69,9 +69,19 @@ def test_fixed_policy_is_lossless(
     assert stats["num_skipped_steps"] == 0
 
 
+@pytest.mark.parametrize("processes", ["in-process", "spawned"])
 def test_forced_0_3_schedule_is_lossless_and_skips_the_draft(
-    lossy_pair: ModelPair, prompts: list[list[int]], reference: list[list[int]], tmp_path: Path
+    lossy_pair: ModelPair,
+    prompts: list[list[int]],
+    reference: list[list[int]],
+    tmp_path: Path,
+    processes: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Also with the engine core and worker spawned, as vLLM and a replica start them:
+    decisions, skips and catch-ups cross the processes' boundary as typed messages."""
+    if processes == "spawned":
+        monkeypatch.setenv(IN_PROCESS_ENV, "1")
     outputs, stats, decisions = run_nightjar(
         lossy_pair, prompts, tmp_path / "d.jsonl", **FORCED_0_3
     )
@@ -94,8 +104,15 @@ def test_forced_0_3_schedule_is_lossless_and_skips_the_draft(
 
 
 def test_ngram_method_with_forced_schedule_is_lossless(
-    lossy_pair: ModelPair, prompts: list[list[int]], reference: list[list[int]], tmp_path: Path
+    lossy_pair: ModelPair,
+    prompts: list[list[int]],
+    reference: list[list[int]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # spawned: the ngram proposer imports numba, after which vLLM can start no engine in
+    # this process (see tests/engine/conftest.py)
+    monkeypatch.setenv(IN_PROCESS_ENV, "1")
     outputs, stats, decisions = run_nightjar(
         lossy_pair, prompts, tmp_path / "d.jsonl", method="ngram", **FORCED_0_3
     )

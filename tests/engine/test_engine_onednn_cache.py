@@ -26,7 +26,8 @@ from nightjar_ray.engine.onednn_cache import (
 )
 from nightjar_ray.models.pair import ModelPair, PairSpec, generate_pair
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.spawned_engines]
+"""Spawned: the growth is the worker process's, and the worker reads the bound at start."""
 
 PROMPT_SIZES = random.Random(0).sample(range(8, 200), 192)
 """Distinct prefill sizes in a seeded order, one prompt per step: the first 64 fill
