@@ -64,103 +64,17 @@ import logging
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import IO, Any
 
 from nightjar_ray.driver.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 from nightjar_ray.driver.queue import QueueState, batch_ahead
+from nightjar_ray.driver.step import Choice, StepBatch, StepDecision
 from nightjar_ray.metrics.telemetry import EngineTelemetry
 from nightjar_ray.policy import Policy
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StepBatch:
-    """What the scheduler saw in one step, already reduced to counts."""
-
-    num_decode_reqs: int
-    """Requests verifying drafts / decoding one token this step."""
-    num_sampling_reqs: int
-    """Requests that sample a token this step (decodes + last prefill chunks)."""
-    num_scheduled_reqs: int
-    """Every scheduled request, partial prefills included (vLLM's count)."""
-    max_skip_tokens: int
-    """L_max: largest draft lag among the step's requests."""
-    num_prefill_tokens: int = 0
-    """Prompt tokens scheduled for requests that do not decode (prefill chunks)."""
-    owed_tokens: tuple[int, ...] = ()
-    """Per scheduled request (the caller's order): tokens the draft would process for it
-    now beyond its decode, its draft lag + its prefill chunk. Empty where the caller's
-    draft is never skipped (nothing is ever owed; the draft gate does not run)."""
-    remaining_tokens: tuple[int, ...] = ()
-    """Per scheduled request, same order: output tokens still to come after this step."""
-    queue: QueueState | None = None
-    """The waiting queue after this step was scheduled (``driver/queue.py``)."""
-
-    @property
-    def num_owed_tokens(self) -> int:
-        return sum(self.owed_tokens)
-
-    @property
-    def num_remaining_tokens(self) -> int:
-        return sum(self.remaining_tokens)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The policy's pick for one step, before the draft gate (:meth:`StepDriver.choose`)."""
-
-    gamma: int
-    num_reqs: int
-    """B handed to the policy (0 when it was not consulted)."""
-    consulted: bool
-    explored: bool = False
-    """gamma is an exploration probe (``Policy.last_explored``)."""
-    draft_away: bool = False
-    queued: bool = False
-    """gamma came from the queue-aware objective (``Policy.last_queued``)."""
-
-
-@dataclass(frozen=True)
-class StepDecision:
-    """One step's decision and, once finished, its outcome (the decision log)."""
-
-    step: int
-    num_reqs: int
-    """B handed to the policy (0 when it was not consulted)."""
-    num_decode_reqs: int
-    num_sampling_reqs: int
-    num_scheduled_reqs: int
-    num_prefill_tokens: int
-    max_skip_tokens: int
-    gamma: int
-    verified_gamma: int
-    consulted: bool
-    start_s: float
-    num_tokens: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    duration_s: float = 0.0
-    observed: bool = False
-    draft_away: bool = False
-    """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
-    gated: bool = False
-    """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
-    queued: bool = False
-    """gamma came from the queue-aware objective."""
-    num_undrafted_reqs: int = 0
-    """Scheduled requests the draft skipped in a step that speculated (``request`` scope)."""
-    num_drafted_owed_tokens: int = 0
-    """Owed tokens (prompt chunks, catch-up) of the requests the draft ran over, in a gated
-    policy's step that speculated: the draft work the gate priced, which the observation
-    rule takes out of the sample."""
-
-    @property
-    def carries_prefill(self) -> bool:
-        """Whether the step also ran prefill chunks (scheduled requests that do not decode)."""
-        return self.num_scheduled_reqs > self.num_decode_reqs
 
 
 class StepDriver:

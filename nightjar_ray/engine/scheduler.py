@@ -39,7 +39,8 @@ from nightjar_ray.driver.draft_gate import (
     remaining_after_step,
 )
 from nightjar_ray.driver.queue import QueueState
-from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.driver.step import StepBatch
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.args import START_HOOK_KEY
 from nightjar_ray.engine.block_pool import ElasticBlockPool
 from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig

@@ -31,7 +31,8 @@ from typing import Literal
 from nightjar_ray.driver.draft_gate import remaining_after_step
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
 from nightjar_ray.driver.queue import QueueState
-from nightjar_ray.driver.step_driver import Choice, StepBatch, StepDriver
+from nightjar_ray.driver.step import Choice, StepBatch
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.memory.triggers import draft_outvalued
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.acceptance import AcceptanceProcess

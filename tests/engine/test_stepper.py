@@ -7,7 +7,8 @@ import pytest
 
 from nightjar_ray.driver.observation import MIN_PREFILL_SAMPLES, ObservationRule, StepSample
 from nightjar_ray.driver.queue import QueueState
-from nightjar_ray.driver.step_driver import StepBatch, StepDriver
+from nightjar_ray.driver.step import StepBatch
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.policy import ForcedSchedulePolicy, Policy, StepResult, build_policy
 
 

@@ -14,7 +14,8 @@ from nightjar_ray.driver.observation import (
     ObservationRule,
     StepSample,
 )
-from nightjar_ray.driver.step_driver import Choice, StepBatch, StepDriver
+from nightjar_ray.driver.step import Choice, StepBatch
+from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.policy import StepResult, build_policy, policy_config
 from nightjar_ray.policy.forced import ForcedSchedulePolicy

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from nightjar_ray.driver.step_driver import Choice, StepBatch
+from nightjar_ray.driver.step import Choice, StepBatch
 from nightjar_ray.policy import PolicyStats, StepResult
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.elastic import DraftState, ElasticParams
