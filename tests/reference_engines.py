@@ -25,8 +25,11 @@ import pytest
 
 from nightjar_ray.models.pair import ModelPair
 
-SPAWNED = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-"""vLLM's default: the engine core and its workers in their own processes."""
+IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+"""vLLM's switch: ``1`` (its default) starts the engine core and its workers in their own
+processes; ``0`` runs the engine core in the caller's process and, on CPU, the
+single-rank worker with it (vLLM's CPU platform keeps the uni executor then)."""
+SPAWNED = {IN_PROCESS_ENV: "1"}
 
 
 def weights_digest(model_dir: Path) -> str:

@@ -27,6 +27,7 @@ import pytest
 from nightjar_ray.engine.offline import random_prompts
 from nightjar_ray.engine.selfcheck import LOAD_PROMPT_LENGTHS
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair, generate_pair
+from tests.reference_engines import IN_PROCESS_ENV
 
 PROMPT_LENGTHS = (5, 17, 40, 90, 9, 64)
 MAX_TOKENS = 40
@@ -54,9 +55,6 @@ LENGTHS = LOAD_PROMPT_LENGTHS
 holds at once."""
 
 
-IN_PROCESS_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
-"""vLLM's switch: ``0`` runs the engine core in the caller's process and, on CPU, the
-single-rank worker with it (vLLM's CPU platform keeps the uni executor then)."""
 NUMBA_LOADED = "llvmlite.binding.ffi"
 """Once numba is imported (vLLM's ngram proposer does), vLLM 0.32 starts no engine in the
 process: its CPU worker's kernel registration reads ``vars()`` of every module attribute

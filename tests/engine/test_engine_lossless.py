@@ -14,9 +14,9 @@ import pytest
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import draft_stats, offline_engine, run_batch
 from nightjar_ray.models.pair import ModelPair
-from tests.reference_engines import ReferenceEngines
+from tests.reference_engines import IN_PROCESS_ENV, ReferenceEngines
 
-from .conftest import IN_PROCESS_ENV, MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
+from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
 
 pytestmark = pytest.mark.engine
 
