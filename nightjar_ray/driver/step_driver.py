@@ -93,6 +93,7 @@ class StepDriver:
         max_history: int = 4096,
         telemetry: EngineTelemetry | None = None,
         draft_cost_ratio: float = DEFAULT_DRAFT_COST_RATIO,
+        pinned_prefill_price_s_per_token: float | None = None,
     ) -> None:
         self.policy = policy
         self.policy_lock = threading.Lock()
@@ -102,6 +103,7 @@ class StepDriver:
         self._count_scheduled = count_scheduled
         self.observation = ObservationRule(observation_rule, draft_cost_ratio)
         self.gate = DraftGate(draft_cost_ratio)
+        self._pinned_price_s_per_token = pinned_prefill_price_s_per_token
         self._log_file = log_file
         self._log_every = log_interval_steps
         self._pending: deque[StepDecision] = deque()
@@ -235,7 +237,9 @@ class StepDriver:
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
         policy, gate = self.policy, self.gate
         estimates, at_zero = policy.latency_estimates(num_reqs), policy.latency_at_zero_s(num_reqs)
-        c = self.observation.prefill_price_s_per_token
+        c = self._pinned_price_s_per_token
+        if c is None:
+            c = self.observation.prefill_price_s_per_token
         if policy.gates_per_request:
             return gate.undrafted(
                 gamma,

@@ -178,6 +178,7 @@ class NightjarScheduler(Scheduler):
             log_interval_steps=cfg.log_interval_steps,
             telemetry=self.telemetry,
             draft_cost_ratio=draft_cost_ratio(vllm_config),
+            pinned_prefill_price_s_per_token=cfg.testing.draft_gate_price_s_per_token,
         )
 
     def _build_memory_controller(self) -> ElasticController | None:

@@ -131,6 +131,18 @@ class TestingConfig(BaseModel):
             "steps without prefill chunks) or 'step' (wall time)."
         ),
     )
+    draft_gate_price_s_per_token: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Pins c, the target's prefill seconds per prompt token that the draft gate "
+            "prices owed draft work with, instead of the one learned from the engine's "
+            "steps (samples are still corrected with the learned one): tests of the "
+            "gate's per-request plumbing that must not depend on a tiny model's step "
+            "timings. None: learned."
+        ),
+    )
     policy_overrides: dict[str, Any] = Field(
         default_factory=dict,
         description=(

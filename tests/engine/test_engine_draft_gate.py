@@ -22,6 +22,14 @@ PRICED_PROMPTS = random_prompts(3, 240, TINY_SPEC.vocab_size, seed=240)
 PRICED_MAX_TOKENS = 3
 """Two decode steps each: the first has one token to come (only the price can stop it),
 the second none."""
+PINNED_PRICE_S_PER_TOKEN = 0.005
+"""``c`` for the gate, pinned: a tiny model's prompt chunk costs about what a decode step
+does, so the price learned from step timings is noise on a loaded host (a 63-token
+chunk measured faster than a decode step left it unlearned, and a CI run drafted the
+priced prompts). At 5 ms per prompt token 240 owed tokens outweigh one token's saving by
+a factor of 6 or more even at a contended host's 185 ms best case, and a 5-token prompt
+with 39 to come still drafts at this host's ~2 ms saving per token. Learning ``c`` is
+tests/policy/test_observation.py's."""
 
 
 def test_one_token_requests_never_draft_their_prompt(
@@ -31,7 +39,10 @@ def test_one_token_requests_never_draft_their_prompt(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "decisions.jsonl"
-    config = NightjarConfig(decision_log_path=str(log))
+    config = NightjarConfig(
+        decision_log_path=str(log),
+        testing={"draft_gate_price_s_per_token": PINNED_PRICE_S_PER_TOKEN},
+    )
     outputs: list[list[int]] = []
     forwards_per_long_prompt = []
     with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
@@ -69,10 +80,9 @@ def test_one_token_requests_never_draft_their_prompt(
 
 
 def _check_priced_gating(steps: list[dict[str, int]]) -> None:
-    """By now the observation rule has priced the target's prefill from the prompt steps
-    (``c``), so the decode steps of a 240-token prompt with one token to come are gated by
-    price: the draft would have to catch up 240 tokens (the copy pair's draft costs what
-    the target does) to save at most one step. The ``remaining == 0`` rule explains one
+    """With ``c`` pinned, the decode steps of a 240-token prompt with one token to come are
+    gated by price: the draft would have to catch up 240 tokens (the copy pair's draft
+    costs what the target does) to save at most one step. The ``remaining == 0`` rule explains one
     gated decode step per request, no more."""
     decode_steps = [d for d in steps if d["num_decode_reqs"] > 0 and d["num_prefill_tokens"] == 0]
     assert len(decode_steps) == len(PRICED_PROMPTS) * (PRICED_MAX_TOKENS - 1)

@@ -394,3 +394,24 @@ def test_the_driver_tells_the_policy_the_batch_the_queue_will_produce() -> None:
     modes = stepper.telemetry.read().decisions_by_mode
     assert (modes["queue"], modes["exploit"]) == (1, 1)
     assert [d.queued for d in stepper._pending] == [True, False]
+
+
+def test_a_pinned_prefill_price_prices_owed_work_before_any_is_learned() -> None:
+    stepper = StepDriver(  # type: ignore[arg-type]
+        PerRequest([(3, False)] * 2),
+        gamma_cap=3,
+        clock=FakeClock(),
+        draft_cost_ratio=0.1,
+        pinned_prefill_price_s_per_token=1e-3,
+    )
+    assert stepper.observation.prefill_price_s_per_token is None  # nothing learned
+    # priced at 1 ms per token all the same: 1000 owed tokens (100 ms) outweigh 10 to come
+    batch = StepBatch(2, 3, 3, 0, 1000, owed_tokens=(0, 0, 1000), remaining_tokens=(50, 50, 10))
+    assert stepper.on_schedule(batch, 0.0) == 3
+    assert stepper.last_undrafted == frozenset({2})
+    # unpinned, with no price learned, only "nothing left to gain" skips a request
+    unpinned = StepDriver(  # type: ignore[arg-type]
+        PerRequest([(3, False)]), gamma_cap=3, clock=FakeClock(), draft_cost_ratio=0.1
+    )
+    assert unpinned.on_schedule(batch, 0.0) == 3
+    assert unpinned.last_undrafted == frozenset()
