@@ -18,20 +18,26 @@ Eq. (4) charges through C_switch, so it is never a sample.
 
 How the target's prefill cost is learned, from the engine's own steps (no cost model)::
 
-    gamma = 0, no prefill:    base[key(B)]  <- mean step time               (target only)
-    gamma = 0, P prefill tok: excess = d - base[key(B)]
-                              c ~ sum(excess) / sum(P)   (s per prompt token, target only)
+    steady gamma g, no prefill, no owed draft work:
+                              base[key(B), g]  <- mean step time
+    steady gamma g, P prefill tokens, O owed tokens the draft ran over:
+                              excess = d - base[key(B), g]
+                              c ~ sum(excess) / sum(P + r * O)   (s per prompt token)
     any gamma, P > 0:         observed d' = d - c * P    (draft prefill stays in d')
 
-    no decode, P > 0:         c ~ (d - base[1]) / P / (1 + r * drafted)
-                              (r: draft/target cost ratio; drafted: the draft ran)
+    no decode, P > 0:         c ~ (d - base[1, g]) / (P + r * O)
+                              (r: draft/target cost ratio)
 
-At gamma = 0 Nightjar runs no draft at all, so those steps price the target alone; a
-step of prompt chunks alone (one request at a time never has a mixed step) prices it
-with the draft's share taken out when the draft ran. Until ``c`` has
-``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are not samples (as ``pure``).
-``key`` is the power-of-two bucket of B. Sums decay by ``DECAY`` per sample so the
-estimate follows drift in prompt lengths.
+``O`` is known only where the draft gate priced the step (a gated policy's drivers
+report the owed tokens the draft ran over, ``draft_work_reported``); for other policies
+only gamma = 0 steps, where no draft runs, are bases and samples, and a prompt-only step
+counts its draft work as the whole chunk when the next gamma is above 0. What corrects
+samples (:attr:`ObservationRule.prefill_s_per_token`) is learned over gamma = 0 bases
+only; steps over a gamma > 0 base feed the draft gate's price alone, so a gated policy
+that rarely plays gamma = 0 (low load, where it speculates) still prices the draft's
+work. Until ``c`` has ``MIN_PREFILL_SAMPLES`` steps behind it, steps with prefill are
+not samples (as ``pure``). ``key`` is the power-of-two bucket of B. Sums decay
+by ``DECAY`` per sample so the estimate follows drift in prompt lengths.
 
 The draft gate (``driver/draft_gate.py``) prices the draft's owed work with ``c`` too,
 and before ``c`` is trusted with a rougher estimate that also takes steps whose key has
@@ -105,12 +111,14 @@ class _PrefillCost:
 
     def __init__(self) -> None:
         self.mean = _DecayedMean()
-        self.num_samples = self.num_tokens = 0
+        self.num_samples = 0
+        self.num_tokens = 0.0
+        """Target-equivalent tokens behind the estimate (prompt tokens, the draft's share)."""
 
-    def add(self, excess_s: float, num_prefill_tokens: int) -> None:
-        self.mean.add(excess_s, float(num_prefill_tokens))
+    def add(self, excess_s: float, num_tokens: float) -> None:
+        self.mean.add(excess_s, num_tokens)
         self.num_samples += 1
-        self.num_tokens += num_prefill_tokens
+        self.num_tokens += num_tokens
 
     @property
     def s_per_token(self) -> float | None:
@@ -121,14 +129,21 @@ class _PrefillCost:
 class ObservationRule:
     """Turns :class:`StepSample` into the policy's :class:`StepResult` (module doc)."""
 
-    def __init__(self, name: str = DEFAULT_OBSERVATION_RULE, draft_cost_ratio: float = 0.0) -> None:
+    def __init__(
+        self,
+        name: str = DEFAULT_OBSERVATION_RULE,
+        draft_cost_ratio: float = 0.0,
+        draft_work_reported: bool = False,
+    ) -> None:
         if name not in OBSERVATION_RULES:
             raise ValueError(f"unknown observation rule {name!r}; choose from {OBSERVATION_RULES}")
         if not 0.0 <= draft_cost_ratio <= 1.0:
             raise ValueError(f"draft_cost_ratio must be in [0, 1], got {draft_cost_ratio}")
         self.name = name
         self._draft_share = draft_cost_ratio
-        self._base: dict[int, _DecayedMean] = {}
+        self._reported = draft_work_reported
+        self._base: dict[tuple[int, int], _DecayedMean] = {}
+        """Mean steady step time per (key, gamma), no prompt chunks or owed draft work."""
         self._prefill = _PrefillCost()
         """From same-key bases only: what samples are corrected with."""
         self._price = _PrefillCost()
@@ -169,10 +184,11 @@ class ObservationRule:
             if corrected is None:
                 return None
             duration = corrected
-        elif s.gamma == 0 and self.name == "prefill-corrected":
-            self._base.setdefault(pow2_key(s.num_reqs), _DecayedMean()).add(s.duration_s)
         elif s.num_drafted_owed_tokens > 0 and self.name == "prefill-corrected":
             duration = self._without_owed_s(s, duration)
+        elif (s.gamma == 0 or self._reported) and self.name == "prefill-corrected":
+            base = self._base.setdefault((pow2_key(s.num_reqs), s.gamma), _DecayedMean())
+            base.add(s.duration_s)
         return StepResult(
             s.num_reqs,
             s.gamma,
@@ -184,53 +200,77 @@ class ObservationRule:
 
     def _learn_from_prefill_only(self, s: StepSample) -> None:
         """A step of prompt chunks alone prices the target's prefill as well: its time over
-        a one-decode gamma = 0 step's, per prompt token, less the draft's share
-        (``draft_cost_ratio`` of the target's) when the draft ran over the chunks."""
+        a one-decode gamma = 0 step's (where there is none and the draft's work is
+        reported, the one at the gamma it proposes: the gate's price alone), per prompt
+        token, less the draft's share (``draft_cost_ratio`` of the target's) for the tokens
+        the draft ran over."""
         if self.name != "prefill-corrected" or s.num_prefill_tokens <= 0:
             return
-        share = 1.0 + (self._draft_share if s.next_gamma > 0 else 0.0)
-        self._add_prefill_sample(1, s.duration_s, s.num_prefill_tokens, share, prompt_only=True)
+        if self._reported:
+            drafted = s.num_drafted_owed_tokens
+            gamma = 0 if self._has_base(1, 0) else s.next_gamma
+        else:
+            gamma, drafted = 0, s.num_prefill_tokens if s.next_gamma > 0 else 0
+        tokens = s.num_prefill_tokens + self._draft_share * drafted
+        self._add_prefill_sample(1, gamma, s.duration_s, tokens, prompt_only=True)
+
+    def _has_base(self, key: int, gamma: int) -> bool:
+        base = self._base.get((key, gamma))
+        return base is not None and base.mean is not None
 
     def _add_prefill_sample(
         self,
         num_reqs: int,
+        gamma: int,
         duration_s: float,
-        num_prefill_tokens: int,
-        share: float = 1.0,
+        num_tokens: float,
         prompt_only: bool = False,
     ) -> None:
-        """Price the target's prefill from a step's time over the decode base at
-        ``num_reqs``' key: into both estimates when that key has a base, else into the
-        gate's alone against the nearest key's. A ``prompt_only`` step no longer than the
-        base is no sample."""
+        """Price the target's prefill from a step's time over the base at ``num_reqs``' key
+        and ``gamma``, per target-equivalent token (``num_tokens``: prompt tokens plus the
+        draft's share of its owed ones): into both estimates when that base exists at
+        gamma 0, else into the gate's alone (against the nearest base where there is no
+        exact one). A ``prompt_only`` step no longer than the base is no sample."""
         key = pow2_key(num_reqs)
         estimates: tuple[_PrefillCost, ...]
-        exact = self._base.get(key)
+        exact = self._base.get((key, gamma))
         if exact is not None and exact.mean is not None:
-            base, estimates = exact.mean, (self._prefill, self._price)
+            base = exact.mean
+            estimates = (self._prefill, self._price) if gamma == 0 else (self._price,)
         else:
-            nearest = self._nearest_base_s(key)
+            nearest = self._nearest_base_s(key, gamma)
             if nearest is None:
                 return
             base, estimates = nearest, (self._price,)
         if prompt_only and not duration_s > base:
             return
         for estimate in estimates:
-            estimate.add((duration_s - base) / share, num_prefill_tokens)
+            estimate.add(duration_s - base, num_tokens)
 
-    def _nearest_base_s(self, key: int) -> float | None:
-        """The decode base at the key nearest ``key`` that has one (the lower of two as
-        near): long prompts keep a key from ever running a pure step."""
+    def _nearest_base_s(self, key: int, gamma: int) -> float | None:
+        """The base nearest (``key``, ``gamma``) that has one: the same gamma's at the
+        nearest key (the lower of two as near), else any gamma's, nearest gamma first.
+        Long prompts keep a key from ever running a pure step."""
         known = [k for k, mean in self._base.items() if mean.mean is not None]
         if not known:
             return None
-        nearest = min(known, key=lambda k: (abs(k.bit_length() - key.bit_length()), k))
-        return self._base[nearest].mean
+
+        def distance(k: tuple[int, int]) -> tuple[bool, int, int, int]:
+            return (
+                k[1] != gamma,
+                abs(k[0].bit_length() - key.bit_length()),
+                k[0],
+                abs(k[1] - gamma),
+            )
+
+        return self._base[min(known, key=distance)].mean
 
     def _corrected_s(self, s: StepSample) -> float | None:
-        """Duration less the target's prefill share; learns that share at gamma = 0."""
-        if s.gamma == 0:
-            self._add_prefill_sample(s.num_reqs, s.duration_s, s.num_prefill_tokens)
+        """Duration less the target's prefill share; learns that share at gamma = 0, and
+        at any gamma where the draft's work is reported."""
+        if s.gamma == 0 or self._reported:
+            tokens = s.num_prefill_tokens + self._draft_share * s.num_drafted_owed_tokens
+            self._add_prefill_sample(s.num_reqs, s.gamma, s.duration_s, tokens)
         per_token = self.prefill_s_per_token
         if per_token is None:
             return None

@@ -101,7 +101,9 @@ class StepDriver:
         self._cap = min(gamma_cap, policy.gamma_max)
         self._clock = clock
         self._count_scheduled = count_scheduled
-        self.observation = ObservationRule(observation_rule, draft_cost_ratio)
+        self.observation = ObservationRule(
+            observation_rule, draft_cost_ratio, draft_work_reported=policy.draft_gate
+        )
         self.gate = DraftGate(draft_cost_ratio)
         self._pinned_price_s_per_token = pinned_prefill_price_s_per_token
         self._log_file = log_file

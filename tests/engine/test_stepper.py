@@ -52,6 +52,10 @@ class Recorder:
     def gates_per_request(self) -> bool:
         return self.policy.gates_per_request
 
+    @property
+    def draft_gate(self) -> bool:
+        return self.policy.draft_gate
+
 
 def make(
     name: str, params: dict[str, object], **kw: object
@@ -213,6 +217,7 @@ class Scripted:
     """A policy that plays a script of (gamma, explored) pairs."""
 
     gamma_max = 3
+    draft_gate = False
 
     def __init__(self, script: list[tuple[int, bool]]) -> None:
         self.script = iter(script)

@@ -316,3 +316,57 @@ def test_a_step_that_left_requests_undrafted_is_learned_as_if_all_were_drafted()
 
 def replace_gamma(choice: Choice, gamma: int) -> Choice:
     return dataclasses.replace(choice, gamma=gamma)
+
+
+def test_a_gated_policy_that_never_plays_zero_prices_the_drafts_work_all_the_same() -> None:
+    """Low load on a CPU host: Nightjar speculates at gamma 2 from the start and never runs
+    a pure gamma 0 step. Its drivers report the owed tokens its draft ran over, so steady
+    gamma 2 steps are bases and mixed ones price the target's prefill for the draft gate
+    (their draft's share taken out). Samples are still corrected only with a price learned
+    at gamma 0, and a policy whose draft work is not reported learns nothing from them, as
+    before (the paper preset)."""
+    ratio = DRAFT_S_PER_PROMPT_TOKEN / TARGET_S_PER_PROMPT_TOKEN
+    gated = ObservationRule("prefill-corrected", ratio, draft_work_reported=True)
+    ungated = ObservationRule("prefill-corrected", ratio)
+    for rule in (gated, ungated):
+        rule.observe(_step(2, 0))
+        mixed = _step(2, 600)._replace(num_drafted_owed_tokens=600)
+        assert rule.observe(mixed) is None  # not a sample: nothing corrects it yet
+    assert gated.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    assert gated.prefill_s_per_token is None
+    assert ungated.prefill_price_s_per_token is None
+    # a prompt-only step prices it against the one-decode base at the gamma it proposes
+    alone = ObservationRule("prefill-corrected", ratio, draft_work_reported=True)
+    alone.observe(_step(3, 0, num_reqs=1))
+    prompt_only = _step(3, 944, num_reqs=1)._replace(num_reqs=0, num_drafted_owed_tokens=944)
+    assert alone.observe(prompt_only) is None
+    assert alone.prefill_price_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+    assert alone.prefill_s_per_token is None
+    # with a gamma 0 base at hand, prompt-only steps price against it, trusted as before
+    alone.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
+    for _ in range(MIN_PREFILL_SAMPLES):
+        alone.observe(
+            prompt_only._replace(
+                duration_s=BASE_S + 944 * TARGET_S_PER_PROMPT_TOKEN + 944 * DRAFT_S_PER_PROMPT_TOKEN
+            )
+        )
+    assert alone.prefill_s_per_token == pytest.approx(TARGET_S_PER_PROMPT_TOKEN)
+
+
+def test_the_gate_of_a_policy_that_speculates_from_the_start_skips_long_prompts() -> None:
+    """The served ``mixed`` workload's cold start (its decision log): Nightjar played
+    gamma 0 on 4 of 142 steps, so a price learned at gamma 0 only never came and the draft
+    prefilled every 512-1,024-token prompt that had 2-8 tokens to emit. Learned at the
+    gamma it plays, the price arrives with the first long prompt's step."""
+    policy = build_policy("nightjar", {}, rng=random.Random(0))
+    driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+    cpu_s_per_prompt_token = 5e-3
+    for _ in range(3):
+        driver.observation.observe(StepSample(2, 3, 3, 8, BASE_S, 0))
+        policy.observe(StepResult(2, 0, 2, BASE_S))
+    first = BASE_S + cpu_s_per_prompt_token * (900 + 0.1 * 900)
+    driver.observation.observe(StepSample(2, 3, 3, 8, first, 900, 6, 6, 900))
+    # the next long prompt's first chunk joins two decodes
+    batch = StepBatch(2, 2, 3, 0, 900, owed_tokens=(0, 0, 900), remaining_tokens=(80, 80, 5))
+    played = driver.commit(batch, replace_gamma(driver.choose(2, 0), 3), 0.0)
+    assert (played, driver.last_undrafted) == (3, frozenset({2}))
