@@ -16,6 +16,8 @@ also runs under the Serve tests, the TP tests' ranks and the lossless module's s
 case.
 """
 
+import json
+import random
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
@@ -27,6 +29,7 @@ import pytest
 from nightjar_ray.engine.offline import random_prompts
 from nightjar_ray.engine.selfcheck import LOAD_PROMPT_LENGTHS
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair, generate_pair
+from nightjar_ray.policy import StepResult, build_policy
 from tests.reference_engines import IN_PROCESS_ENV
 
 PROMPT_LENGTHS = (5, 17, 40, 90, 9, 64)
@@ -92,3 +95,22 @@ def copy_pair(tmp_path_factory: pytest.TempPathFactory) -> ModelPair:
 def prompts() -> list[list[int]]:
     per_length = [random_prompts(1, n, TINY_SPEC.vocab_size, seed=n)[0] for n in PROMPT_LENGTHS]
     return per_length
+
+
+def speculating_snapshot(path: Path) -> Path:
+    """A nightjar policy that has learned, at every batch size, that gamma 3 emits four
+    tokens per request in a plain step's time: it speculates from the first step, so
+    the long prompts' chunks share speculating steps (the gate still decides who)."""
+    trained = build_policy("nightjar", {"gamma_max": 3}, rng=random.Random(0))
+    for num_reqs in range(1, SMALL_ENGINE["max_num_seqs"] + 1):
+        for step in range(200):
+            gamma = trained.choose(num_reqs, 0)
+            num_drafts = num_reqs * gamma
+            duration_s = 0.01 + 0.0001 * gamma + step * 1e-9
+            trained.observe(
+                StepResult(
+                    num_reqs, gamma, num_reqs + num_drafts, duration_s, num_drafts, num_drafts
+                )
+            )
+    path.write_text(json.dumps(trained.snapshot()))
+    return path

@@ -12,7 +12,7 @@ from nightjar_ray.engine.offline import draft_stats, offline_engine, random_prom
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import SMALL_ENGINE, SPEC_EXTRA
+from .conftest import SMALL_ENGINE, SPEC_EXTRA, speculating_snapshot
 
 pytestmark = pytest.mark.engine
 
@@ -41,12 +41,13 @@ def test_one_token_requests_never_draft_their_prompt(
     log = tmp_path / "decisions.jsonl"
     config = NightjarConfig(
         decision_log_path=str(log),
+        policy_snapshot=str(speculating_snapshot(tmp_path / "policy.json")),
         testing={"draft_gate_price_s_per_token": PINNED_PRICE_S_PER_TOKEN},
     )
     outputs: list[list[int]] = []
     forwards_per_long_prompt = []
     with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
-        for prompt in prompts[:4]:  # one at a time: the bandit learns that B=1 speculates
+        for prompt in prompts[:4]:  # one at a time, speculating (the snapshot's choice)
             outputs += run_batch(llm, [prompt], 40).token_ids
         num_warmup_steps = len(log.read_text().splitlines())
         for prompt in LONG_PROMPTS:

@@ -7,7 +7,6 @@ the real draft gate a request that is never eligible never has a draft KV slot w
 """
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +22,9 @@ from nightjar_ray.engine.offline import (
     spec_counters,
 )
 from nightjar_ray.models.pair import TINY_SPEC, ModelPair
-from nightjar_ray.policy import StepResult, build_policy
 from tests.reference_engines import ReferenceEngines
 
-from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA
+from .conftest import MAX_TOKENS, SMALL_ENGINE, SPEC_EXTRA, speculating_snapshot
 
 pytestmark = pytest.mark.engine
 
@@ -95,25 +93,6 @@ SHORT_PROMPTS = random_prompts(3, 9, TINY_SPEC.vocab_size, seed=9)
 LONG_PROMPTS = random_prompts(3, 200, TINY_SPEC.vocab_size, seed=201)
 """One output token each (nothing left to emit after the step that samples it: never
 eligible); their chunks share the 64-token steps with the short ones' decodes."""
-
-
-def speculating_snapshot(path: Path) -> Path:
-    """A nightjar policy that has learned, at every batch size, that gamma 3 emits four
-    tokens per request in a plain step's time: it speculates from the first step, so
-    the long prompts' chunks share speculating steps (the gate still decides who)."""
-    trained = build_policy("nightjar", {"gamma_max": 3}, rng=random.Random(0))
-    for num_reqs in range(1, SMALL_ENGINE["max_num_seqs"] + 1):
-        for step in range(200):
-            gamma = trained.choose(num_reqs, 0)
-            num_drafts = num_reqs * gamma
-            duration_s = 0.01 + 0.0001 * gamma + step * 1e-9
-            trained.observe(
-                StepResult(
-                    num_reqs, gamma, num_reqs + num_drafts, duration_s, num_drafts, num_drafts
-                )
-            )
-    path.write_text(json.dumps(trained.snapshot()))
-    return path
 
 
 def mixed_run(
