@@ -57,6 +57,8 @@ class Choice:
     draft_away: bool = False
     queued: bool = False
     """gamma came from the queue-aware objective (``Policy.last_queued``)."""
+    num_reqs_ahead: int | None = None
+    """B' the policy was told (``driver/queue.py``); None when nothing is queued."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class StepDecision:
     """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
     queued: bool = False
     """gamma came from the queue-aware objective."""
+    num_reqs_ahead: int | None = None
+    """B', the batch the queue will produce (``driver/queue.py``); None: nothing queued."""
     num_undrafted_reqs: int = 0
     """Scheduled requests the draft skipped in a step that speculated (``request`` scope)."""
     num_drafted_owed_tokens: int = 0

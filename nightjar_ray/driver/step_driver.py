@@ -156,7 +156,9 @@ class StepDriver:
         with self.policy_lock:
             gamma = min(self.policy.choose(num_reqs, max_skip_tokens, ahead), self._cap)
             explored, queued = self.policy.last_explored, self.policy.last_queued
-        return Choice(gamma, num_reqs, consulted=True, explored=explored, queued=queued)
+        return Choice(
+            gamma, num_reqs, consulted=True, explored=explored, queued=queued, num_reqs_ahead=ahead
+        )
 
     def not_consulted(self, draft_away: bool = False) -> Choice:
         """A step the policy is not asked about: it keeps the last gamma (0 when away)."""
@@ -224,6 +226,7 @@ class StepDriver:
             draft_away=choice.draft_away,
             gated=gated,
             queued=choice.queued,
+            num_reqs_ahead=choice.num_reqs_ahead,
             num_undrafted_reqs=len(undrafted),
             num_drafted_owed_tokens=num_drafted_owed_tokens,
         )

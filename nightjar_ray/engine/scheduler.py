@@ -38,7 +38,7 @@ from nightjar_ray.driver.draft_gate import (
     approx_num_params,
     remaining_after_step,
 )
-from nightjar_ray.driver.queue import QueueState
+from nightjar_ray.driver.queue import QueueState, joins_batch_ahead
 from nightjar_ray.driver.step import StepBatch
 from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.args import START_HOOK_KEY
@@ -292,18 +292,21 @@ class NightjarScheduler(Scheduler):
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
         num_decode = num_sampling = num_prefill_tokens = 0
+        queued = [0, 0]  # prefilling requests that join B' (still prefilling, sampling)
         owed: list[int] = []
         remaining: list[int] = []
         spec = out.scheduled_spec_decode_tokens
         for req_id, num_new in out.num_scheduled_tokens.items():
             request = self.requests[req_id]
             start = starts[req_id]
-            decodes = False
+            decodes = samples = False
             if start + num_new >= request.num_tokens + request.num_output_placeholders:
-                num_sampling += 1
+                num_sampling, samples = num_sampling + 1, True
                 decodes = num_new == 1 + len(spec.get(req_id, ()))
             num_decode += decodes
             num_prefill_tokens += 0 if decodes else num_new
+            if not decodes and joins_batch_ahead(request.max_tokens - request.num_output_tokens):
+                queued[samples] += 1
             if self._gates:
                 owed.append(self.draft_lag.lag_tokens(req_id, start) + (0 if decodes else num_new))
                 remaining.append(
@@ -317,13 +320,15 @@ class NightjarScheduler(Scheduler):
             num_prefill_tokens=num_prefill_tokens,
             owed_tokens=tuple(owed),
             remaining_tokens=tuple(remaining),
-            queue=self._queue_state(),
+            # with no decodes B counts the sampling requests (batch_size): not queued twice
+            queue=self._queue_state(queued[0] + (queued[1] if num_decode else 0)),
         )
 
-    def _queue_state(self) -> QueueState:
+    def _queue_state(self, num_prefilling_reqs: int) -> QueueState:
         load = self.load_snapshot()
         return QueueState(
             num_waiting_reqs=load.num_waiting_reqs,
+            num_prefilling_reqs=num_prefilling_reqs,
             max_num_reqs=self.max_num_running_reqs,
             num_free_blocks=load.num_free_blocks,
             num_total_blocks=load.num_total_blocks,

@@ -30,7 +30,7 @@ from typing import Literal
 
 from nightjar_ray.driver.draft_gate import remaining_after_step
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
-from nightjar_ray.driver.queue import QueueState
+from nightjar_ray.driver.queue import QueueState, joins_batch_ahead
 from nightjar_ray.driver.step import Choice, StepBatch
 from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.memory.triggers import draft_outvalued
@@ -177,6 +177,10 @@ class SimServer:
     def _queue_state(self) -> QueueState:
         return QueueState(
             num_waiting_reqs=len(self.scheduler.waiting),
+            num_prefilling_reqs=sum(
+                r.is_prefilling and joins_batch_ahead(r.num_remaining_output)
+                for r in self.scheduler.running
+            ),
             max_num_reqs=self.setting.max_num_seqs,
             num_free_blocks=self.pool.num_free_blocks,
             num_total_blocks=self.pool.num_blocks,

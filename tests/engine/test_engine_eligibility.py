@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nightjar_ray.driver.queue import MIN_QUEUED_OUTPUT_TOKENS
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import (
     SpecCounters,
@@ -148,3 +149,28 @@ def test_the_step_gate_drafts_the_prompts_that_share_a_speculating_step(
     assert speculating_steps_with_long_chunks(decisions) >= 5
     assert all(d["num_undrafted_reqs"] == 0 for d in decisions)
     assert sum(slots.get(i, 0) > 0 for i in LONG) >= 2
+
+
+def test_a_prompt_prefilling_beside_a_decode_is_queued_if_it_will_decode(
+    copy_pair: ModelPair, tmp_path: Path
+) -> None:
+    """Nothing waits for a seat (8 seats, 2 requests), but a 150-token prompt prefills in
+    chunks beside a decoding request: B' (``driver/queue.py``) counts it when it has
+    tokens to come (``MIN_QUEUED_OUTPUT_TOKENS``), not when it emits one and leaves."""
+    log = tmp_path / "decisions.jsonl"
+    config = NightjarConfig(decision_log_path=str(log))
+    long_outputs = [MIN_QUEUED_OUTPUT_TOKENS, 1]
+    with offline_engine(copy_pair, config, spec_extra=SPEC_EXTRA, **SMALL_ENGINE) as llm:
+        num_steps = []
+        for i, num_output_tokens in enumerate(long_outputs):  # new prompts: no cache hits
+            long_prompt = LONG_PROMPTS[i][:150]  # 150 + 64 tokens fit max_model_len
+            run_batch(llm, [SHORT_PROMPTS[i], long_prompt], [40, num_output_tokens])
+            num_steps.append(len(log.read_text().splitlines()))
+    decisions = [json.loads(line) for line in log.read_text().splitlines()]
+    for output, steps in zip(
+        long_outputs, (decisions[: num_steps[0]], decisions[num_steps[0] :]), strict=True
+    ):
+        chunk_steps = [d for d in steps if d["num_prefill_tokens"] > 0 and d["consulted"]]
+        assert len(chunk_steps) >= 3
+        expected = 2 if output >= MIN_QUEUED_OUTPUT_TOKENS else None
+        assert [d["num_reqs_ahead"] for d in chunk_steps] == [expected] * len(chunk_steps)

@@ -391,7 +391,13 @@ class Queued(Scripted):
 def test_the_driver_tells_the_policy_the_batch_the_queue_will_produce() -> None:
     policy = Queued([(1, False)] * 2)
     stepper = StepDriver(policy, gamma_cap=3, clock=FakeClock())  # type: ignore[arg-type]
-    queue = QueueState(num_waiting_reqs=6, max_num_reqs=8, num_free_blocks=50, num_total_blocks=100)
+    queue = QueueState(
+        num_waiting_reqs=6,
+        num_prefilling_reqs=0,
+        max_num_reqs=8,
+        num_free_blocks=50,
+        num_total_blocks=100,
+    )
     stepper.on_schedule(StepBatch(4, 4, 4, 0, queue=queue), 0.0)
     assert policy.seen_ahead == 8  # 4 + 6 waiting, 8 seats (KV holds 8 at 4 per 50 blocks)
     stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)

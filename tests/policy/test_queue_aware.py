@@ -5,7 +5,12 @@ import random
 
 import pytest
 
-from nightjar_ray.driver.queue import QueueState, batch_ahead
+from nightjar_ray.driver.queue import (
+    MIN_QUEUED_OUTPUT_TOKENS,
+    QueueState,
+    batch_ahead,
+    joins_batch_ahead,
+)
 from nightjar_ray.policy import StepResult, build_policy
 from nightjar_ray.policy.nightjar import NightjarPolicy
 
@@ -27,16 +32,28 @@ def taught(
     return policy
 
 
-def test_batch_ahead_is_capped_by_seats_and_by_kv() -> None:
-    def queue(waiting: int, free: int = 900) -> QueueState:
-        return QueueState(waiting, max_num_reqs=64, num_free_blocks=free, num_total_blocks=1000)
+def queue(waiting: int, prefilling: int = 0, free: int = 900) -> QueueState:
+    return QueueState(
+        waiting, prefilling, max_num_reqs=64, num_free_blocks=free, num_total_blocks=1000
+    )
 
+
+def test_batch_ahead_is_capped_by_seats_and_by_kv() -> None:
     assert batch_ahead(4, None) is None
     assert batch_ahead(4, queue(0)) is None
     assert batch_ahead(4, queue(10)) == 14
     assert batch_ahead(4, queue(100)) == 40  # 4 requests use 100 blocks: 40 fit
     assert batch_ahead(60, queue(100, free=0)) is None  # the KV cache is full
     assert batch_ahead(60, queue(100, free=990)) == 64  # seats
+
+
+def test_prompts_still_in_prefill_chunks_are_queued_too() -> None:
+    # nothing waits for a seat, but 3 admitted requests are still prefilling
+    assert batch_ahead(4, queue(0, 3)) == 7
+    assert batch_ahead(4, queue(2, 3)) == 9
+    assert batch_ahead(4, queue(0, 3, free=0)) is None  # ... and no KV for them to decode
+    assert joins_batch_ahead(MIN_QUEUED_OUTPUT_TOKENS)
+    assert not joins_batch_ahead(MIN_QUEUED_OUTPUT_TOKENS - 1)
 
 
 def test_waiting_requests_switch_the_objective_to_the_batch_ahead() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
 
+from nightjar_ray.driver.queue import MIN_QUEUED_OUTPUT_TOKENS
 from nightjar_ray.driver.step import Choice, StepBatch
-from nightjar_ray.policy import PolicyStats, StepResult
+from nightjar_ray.policy import PolicyStats, StepResult, build_policy
 from nightjar_ray.policy.base import Policy
 from nightjar_ray.sim.elastic import DraftState, ElasticParams
 from nightjar_ray.sim.experiments import RunKnobs, elastic_params
@@ -429,3 +431,31 @@ def test_request_scope_skips_the_long_prompts_in_batches_that_speculate() -> Non
     assert skipped > 50 and skipped_step == 0 and speculating > 400
     assert catch_up < 0.9 * catch_up_step
     assert e2e <= e2e_step
+
+
+def _queued_decisions(long_output_tokens: int) -> int:
+    """Queue-aware decisions of a policy taught at B = 2 and 3 (key 4) serving two long
+    decodes while three 8,000-token prompts arrive one at a time, each finishing before
+    the next: nothing waits for a seat but at each arrival's own step."""
+    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    for num_reqs in (2, 4):
+        for gamma in range(3):
+            for _ in range(4):
+                n = num_reqs * (1 + gamma)
+                policy.observe(StepResult(num_reqs, gamma, n, n * 0.01 * (1 - 0.1 * gamma)))
+    short = [RequestSpec(i, 0.0, 16, 2000) for i in range(2)]
+    long = [RequestSpec(2 + i, 0.5 + 4 * i, 8000, long_output_tokens) for i in range(3)]
+    srv = SimServer(SETTING, policy, ServerOptions())
+    result = srv.run(short + long)
+    assert sum(s.num_waiting > 0 for s in result.timeline) == 0  # after each admission
+    return srv.driver.telemetry.read().decisions_by_mode["queue"]
+
+
+def test_prompts_prefilling_in_chunks_are_the_queue_the_policy_prices() -> None:
+    """Long prompts prefilling over several steps beside two decoding requests are queued
+    work: the queue-aware objective prices the batch they will join (``driver/queue.py``,
+    the engine's rule) while their chunks run, not only at their arrival, and not when
+    they emit a token or two and leave (``MIN_QUEUED_OUTPUT_TOKENS``)."""
+    num_chunk_steps = 8000 // SETTING.max_num_batched_tokens  # beyond the arrival's step
+    assert MIN_QUEUED_OUTPUT_TOKENS > 2
+    assert _queued_decisions(100) >= _queued_decisions(2) + num_chunk_steps
