@@ -73,7 +73,7 @@ pays for); the bandit's schedule is not touched by it.
 
 ``queue_aware`` (beyond the paper, the default). While requests wait, mean E2E is set by
 how fast outstanding work drains at the batch size the queue will produce, B' (the
-driver's ``batch_ahead``: B plus the waiting requests, capped by seats and KV). Draining R
+driver's ``batch_ahead``: B plus the queued requests, capped by seats and KV). Draining R
 outstanding tokens at gamma takes about ``R * l~[B', gamma]`` plus the switch cost, so
 every step with B' in a larger key than B plays Eq. (4) over the row of key(B') (or of
 the largest larger key that ranks every arm; none: the bin's arm stands), chosen at the
@@ -84,8 +84,8 @@ bin that starts while requests wait probes only down: the exploited arm or the o
 under queueing and would otherwise keep their first estimates. With nothing waiting this
 is Algorithm 1 with Eq. (4) at B::
 
-    W = 0:  gamma = bin arm at key(B)                 (explore w.p. 1/b, else Eq. 4)
-    W > 0:  gamma = argmin_g l~[key(B'), g] + switch penalty    (decision mode "queue")
+    B' = None:  gamma = bin arm at key(B)             (explore w.p. 1/b, else Eq. 4)
+    B' > B:     gamma = argmin_g l~[key(B'), g] + switch penalty    (decision mode "queue")
 
 NOTE: the schedule counters advance in ``choose`` (when the arm is played),
 the estimates in ``observe``. In a sequential loop this is Algorithm 1
