@@ -292,7 +292,7 @@ class NightjarScheduler(Scheduler):
 
     def _step_batch(self, out: Any, starts: dict[str, int]) -> StepBatch:
         num_decode = num_sampling = num_prefill_tokens = 0
-        queued = [0, 0]  # prefilling requests that join B' (still prefilling, sampling)
+        num_queued = num_queued_sampling = 0  # prompts in prefill that join B'
         owed: list[int] = []
         remaining: list[int] = []
         spec = out.scheduled_spec_decode_tokens
@@ -306,7 +306,8 @@ class NightjarScheduler(Scheduler):
             num_decode += decodes
             num_prefill_tokens += 0 if decodes else num_new
             if not decodes and joins_batch_ahead(request.max_tokens - request.num_output_tokens):
-                queued[samples] += 1
+                num_queued += 1
+                num_queued_sampling += samples
             if self._gates:
                 owed.append(self.draft_lag.lag_tokens(req_id, start) + (0 if decodes else num_new))
                 remaining.append(
@@ -321,7 +322,7 @@ class NightjarScheduler(Scheduler):
             owed_tokens=tuple(owed),
             remaining_tokens=tuple(remaining),
             # with no decodes B counts the sampling requests (batch_size): not queued twice
-            queue=self._queue_state(queued[0] + (queued[1] if num_decode else 0)),
+            queue=self._queue_state(num_queued - (0 if num_decode else num_queued_sampling)),
         )
 
     def _queue_state(self, num_prefilling_reqs: int) -> QueueState:
