@@ -18,7 +18,9 @@ token prompts of ``--prompt-tokens``:
    first runs ``--warmup-rounds`` passes of the mixed sequence alone
    (reported as warm-up, with prompts the measured rounds do not use), then
    every engine runs the measured rounds interleaved; a measured run covers
-   ``--min-requests`` prompts or more (consecutive batches of the batch size).
+   ``--min-requests`` prompts or more (consecutive batches of the batch size) and
+   records tokens/s and its requests' mean E2E (queue entry to last token);
+   ``report_engine.py`` prints each engine's per-round ratios to ``off``'s.
 
 Throughput ratios come from the same run; CPU timing is noisy (a few %).
 Each run is preceded by a short pause (``--settle-s``): an idle vLLM worker
@@ -159,13 +161,25 @@ def tps(llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests:
     With one request per run, which gamma is fastest depends on that prompt's acceptance,
     so e2e's measured runs pass ``--min-requests`` to average over several prompts.
     """
+    return measure(llm, batch, args, seed, min_requests)[0]
+
+
+def measure(
+    llm: Any, batch: int, args: argparse.Namespace, seed: int, min_requests: int = 1
+) -> tuple[float, float]:
+    """``tps``'s run: (tokens/s, mean E2E in seconds over its requests, from each request's
+    entry into the engine's queue to its last token)."""
     num_batches = -(-min_requests // batch)
     prompts, outputs = request_mix(batch * num_batches, args, seed)
     runs = [
         run_batch(llm, prompts[i * batch : (i + 1) * batch], outputs[i * batch : (i + 1) * batch])
         for i in range(num_batches)
     ]
-    return sum(r.num_tokens for r in runs) / sum(r.duration_s for r in runs)
+    if any(r.e2e_s is None for r in runs):
+        raise ValueError("the engine kept no request stats (disable_log_stats): no E2E")
+    e2e = [s for r in runs for s in r.e2e_s or []]
+    tokens_per_s = sum(r.num_tokens for r in runs) / sum(r.duration_s for r in runs)
+    return tokens_per_s, statistics.mean(e2e)
 
 
 def request_mix(n: int, args: argparse.Namespace, seed: int) -> tuple[list[list[int]], list[int]]:
@@ -275,21 +289,27 @@ def warm_up(llm: Any, args: argparse.Namespace, batches: tuple[int, ...]) -> dic
     return {b: statistics.mean(v) for b, v in warmup.items()}
 
 
+Samples = dict[str, dict[int, list[float]]]
+"""Per engine label and batch size, one value per measured round."""
+
+
 def measured_rounds(
     llms: dict[str, Any], measured: tuple[int, ...], args: argparse.Namespace
-) -> dict[str, dict[int, list[float]]]:
-    """tok/s of every engine, batch size and round; engine order reversed every round."""
-    samples: dict[str, dict[int, list[float]]] = {n: {b: [] for b in measured} for n in llms}
+) -> tuple[Samples, Samples]:
+    """tok/s and mean E2E (s) of every engine, batch size and round; engine order reversed
+    every round."""
+    tokens_per_s: Samples = {n: {b: [] for b in measured} for n in llms}
+    mean_e2e_s: Samples = {n: {b: [] for b in measured} for n in llms}
     order = list(llms.items())
     for r in range(args.rounds):
         for b in measured:
             for label, llm in order if r % 2 == 0 else order[::-1]:
                 time.sleep(args.settle_s)
-                samples[label][b].append(
-                    tps(llm, b, args, prompt_seed(MEASURED, r, b), args.min_requests)
-                )
+                rate, e2e = measure(llm, b, args, prompt_seed(MEASURED, r, b), args.min_requests)
+                tokens_per_s[label][b].append(rate)
+                mean_e2e_s[label][b].append(e2e)
         print(f"e2e round {r} done", flush=True)
-    return samples
+    return tokens_per_s, mean_e2e_s
 
 
 def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
@@ -320,11 +340,13 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
             # engine warm-up (kernels), not policy learning
             tps(llm, 4, args, prompt_seed(KERNEL_WARMUP, 0, 4))
         warmup = warm_up(llms["nightjar"], args, tuple(sorted({*measured, *BATCHES[:2]})))
-        samples = measured_rounds(llms, measured, args)
+        samples, e2e = measured_rounds(llms, measured, args)
     res: dict[str, Any] = {
         label: {
             "tokens_per_s": {b: statistics.median(v) for b, v in per.items()},
             "round_tokens_per_s": per,  # every measured round, to judge the noise
+            "mean_e2e_s": {b: statistics.median(v) for b, v in e2e[label].items()},
+            "round_mean_e2e_s": e2e[label],
         }
         for label, per in samples.items()
     }

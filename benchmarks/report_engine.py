@@ -94,10 +94,41 @@ def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: in
     return out
 
 
+def to_off(res: dict[str, Any], label: str, key: str, batch: str) -> list[float] | None:
+    """``label``'s per-round ``key`` (``round_tokens_per_s``, ``round_mean_e2e_s``) over
+    ``off``'s in the same round (paired: same prompts, same host moment); None if absent."""
+    mine, off = res[label].get(key), res["off"].get(key)
+    if not mine or not off:
+        return None
+    return [x / y for x, y in zip(mine[batch], off[batch], strict=True)]
+
+
+def spread(ratios: list[float] | None) -> str:
+    """Median (range) of per-round ratios."""
+    if ratios is None:
+        return "-"
+    return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+
+
+def paired_table(res: dict[str, Any]) -> str:
+    """Per contender and batch: throughput and mean E2E over ``off``'s, round by round."""
+    rows = [
+        "| contender | batch | throughput / `off` | mean E2E / `off` |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label in res:
+        for b in res["off"]["tokens_per_s"]:
+            thr = spread(to_off(res, label, "round_tokens_per_s", b))
+            lat = spread(to_off(res, label, "round_mean_e2e_s", b))
+            rows.append(f"| {label} | {b} | {thr} | {lat} |")
+    return "\n".join(rows) + "\n"
+
+
 def e2e(res: dict[str, Any], max_tokens: int) -> str:
     batches = list(res["off"]["tokens_per_s"])
     mixed = {int(b) for b in batches} == set(MIXED_SEQUENCE)
     out = table(res, batches, mixed, max_tokens)
+    out += "\nPer round, over `off`'s in the same round: median (range)\n\n" + paired_table(res)
     if LEARNER in res:
         out += "\n" + verdict(res, batches, mixed, max_tokens)
         warm = res[LEARNER].get("warmup_tokens_per_s")

@@ -110,10 +110,13 @@ def offline_engine(
 
 @dataclass(frozen=True)
 class BatchRun:
-    """Outputs and wall time of one offline batch."""
+    """Outputs and wall time of one offline batch; ``e2e_s``: each request's time from
+    entering the engine's queue to its last token (vLLM's request stats; None when the
+    engine runs with ``disable_log_stats``)."""
 
     token_ids: list[list[int]]
     duration_s: float
+    e2e_s: list[float] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -136,7 +139,15 @@ def run_batch(llm: Any, prompts: Sequence[list[int]], max_tokens: int | Sequence
     t0 = time.perf_counter()
     outs = llm.generate(inputs, params, use_tqdm=False)
     duration = time.perf_counter() - t0
-    return BatchRun([list(o.outputs[0].token_ids) for o in outs], duration)
+    return BatchRun([list(o.outputs[0].token_ids) for o in outs], duration, request_e2e_s(outs))
+
+
+def request_e2e_s(outs: Sequence[Any]) -> list[float] | None:
+    """Per request, engine-core queue entry to last token (both monotonic, engine core's
+    clock), or None when vLLM kept no request stats."""
+    if any(o.metrics is None for o in outs):
+        return None
+    return [o.metrics.last_token_ts - o.metrics.queued_ts for o in outs]
 
 
 @dataclass(frozen=True)
