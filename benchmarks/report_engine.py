@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -124,12 +125,42 @@ def paired_table(res: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def paired_test(res: dict[str, Any], a: str, b: str, key: str, batch: str) -> str:
+    """``a`` over ``b`` per round on ``key``: median ratio, rounds where ``a`` is higher, and
+    the Wilcoxon signed-rank p of the per-round log ratios (scipy); "-" without the data."""
+    from scipy.stats import wilcoxon
+
+    ra, rb = res[a].get(key), res[b].get(key)
+    if not ra or not rb:
+        return "-"
+    ratios = [x / y for x, y in zip(ra[batch], rb[batch], strict=True)]
+    logs = [math.log(r) for r in ratios]
+    p = math.nan if len(logs) < 2 else 1.0 if not any(logs) else wilcoxon(logs).pvalue
+    higher = sum(r > 1 for r in ratios)
+    return f"{statistics.median(ratios):.3f} (higher in {higher} of {len(ratios)}; p {p:.3f})"
+
+
+def learner_table(res: dict[str, Any]) -> str:
+    """nightjar over every other engine (the A/A control: over ``off``), round by round."""
+    rows = ["| over | batch | throughput | mean E2E |", "| --- | --- | --- | --- |"]
+    for label in res:
+        if label == LEARNER:
+            continue
+        a, b = (AA_CONTROL, "off") if label == AA_CONTROL else (LEARNER, label)
+        for batch in res["off"]["tokens_per_s"]:
+            thr = paired_test(res, a, b, "round_tokens_per_s", batch)
+            lat = paired_test(res, a, b, "round_mean_e2e_s", batch)
+            rows.append(f"| {a} / {b} | {batch} | {thr} | {lat} |")
+    return "\n".join(rows) + "\n"
+
+
 def e2e(res: dict[str, Any], max_tokens: int) -> str:
     batches = list(res["off"]["tokens_per_s"])
     mixed = {int(b) for b in batches} == set(MIXED_SEQUENCE)
     out = table(res, batches, mixed, max_tokens)
     out += "\nPer round, over `off`'s in the same round: median (range)\n\n" + paired_table(res)
     if LEARNER in res:
+        out += "\nPer round, paired\n\n" + learner_table(res)
         out += "\n" + verdict(res, batches, mixed, max_tokens)
         warm = res[LEARNER].get("warmup_tokens_per_s")
         if warm:

@@ -17,3 +17,19 @@ def test_ratios_to_off_pair_each_round_with_offs_own_round() -> None:
     table = report.paired_table(res)
     assert "| nightjar | 4 | 1.000 (0.750-1.100) | - |" in table
     assert "| off | 4 | 1.000 (1.000-1.000) | - |" in table
+
+
+def test_nightjar_is_tested_against_each_engine_and_the_aa_control_against_off() -> None:
+    """Twelve rounds ahead in every one: the signed-rank p is 2 / 2**12; none for E2E."""
+    off = [float(i) for i in range(1, 13)]
+    res = {
+        "off": {"tokens_per_s": {"4": 1.0}, "round_tokens_per_s": {"4": off}},
+        "nightjar": {
+            "tokens_per_s": {"4": 1.0},
+            "round_tokens_per_s": {"4": [x * 1.1 for x in off]},
+        },
+        report.AA_CONTROL: {"tokens_per_s": {"4": 1.0}, "round_tokens_per_s": {"4": off}},
+    }
+    table = report.learner_table(res)
+    assert "| nightjar / off | 4 | 1.100 (higher in 12 of 12; p 0.000) | - |" in table
+    assert f"| {report.AA_CONTROL} / off | 4 | 1.000 (higher in 0 of 12; p 1.000) | - |" in table
