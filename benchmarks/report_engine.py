@@ -64,13 +64,21 @@ def seconds(tps: dict[str, float], max_tokens: int) -> float:
     return sum(int(b) * max_tokens / tps[b] for b in tps)
 
 
+def round_ratios(res: dict[str, Any], a: str, b: str, key: str, batch: str) -> list[float] | None:
+    """``a``'s per-round ``key`` (``round_tokens_per_s``, ``round_mean_e2e_s``) over ``b``'s
+    in the same round (paired: same prompts, same host moment); None if either lacks it."""
+    ra, rb = res[a].get(key), res[b].get(key)
+    if not ra or not rb:
+        return None
+    return [x / y for x, y in zip(ra[batch], rb[batch], strict=True)]
+
+
 def paired(res: dict[str, Any], a: str, b: str, batch: str) -> str:
     """Median (min..max) over measured rounds of a's tok/s / b's in the same round."""
-    ra, rb = res[a].get("round_tokens_per_s"), res[b].get("round_tokens_per_s")
-    if not ra or not rb:
+    ratios = round_ratios(res, a, b, "round_tokens_per_s", batch)
+    if ratios is None:
         return ""
-    ratios = sorted(x / y for x, y in zip(ra[batch], rb[batch], strict=True))
-    return f" (per round {statistics.median(ratios):.3f}, {ratios[0]:.3f}..{ratios[-1]:.3f})"
+    return f" (per round {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f})"
 
 
 def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
@@ -95,15 +103,6 @@ def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: in
     return out
 
 
-def to_off(res: dict[str, Any], label: str, key: str, batch: str) -> list[float] | None:
-    """``label``'s per-round ``key`` (``round_tokens_per_s``, ``round_mean_e2e_s``) over
-    ``off``'s in the same round (paired: same prompts, same host moment); None if absent."""
-    mine, off = res[label].get(key), res["off"].get(key)
-    if not mine or not off:
-        return None
-    return [x / y for x, y in zip(mine[batch], off[batch], strict=True)]
-
-
 def spread(ratios: list[float] | None) -> str:
     """Median (range) of per-round ratios."""
     if ratios is None:
@@ -119,8 +118,8 @@ def paired_table(res: dict[str, Any]) -> str:
     ]
     for label in res:
         for b in res["off"]["tokens_per_s"]:
-            thr = spread(to_off(res, label, "round_tokens_per_s", b))
-            lat = spread(to_off(res, label, "round_mean_e2e_s", b))
+            thr = spread(round_ratios(res, label, "off", "round_tokens_per_s", b))
+            lat = spread(round_ratios(res, label, "off", "round_mean_e2e_s", b))
             rows.append(f"| {label} | {b} | {thr} | {lat} |")
     return "\n".join(rows) + "\n"
 
@@ -130,10 +129,9 @@ def paired_test(res: dict[str, Any], a: str, b: str, key: str, batch: str) -> st
     the Wilcoxon signed-rank p of the per-round log ratios (scipy); "-" without the data."""
     from scipy.stats import wilcoxon
 
-    ra, rb = res[a].get(key), res[b].get(key)
-    if not ra or not rb:
+    ratios = round_ratios(res, a, b, key, batch)
+    if ratios is None:
         return "-"
-    ratios = [x / y for x, y in zip(ra[batch], rb[batch], strict=True)]
     logs = [math.log(r) for r in ratios]
     p = math.nan if len(logs) < 2 else 1.0 if not any(logs) else wilcoxon(logs).pvalue
     higher = sum(r > 1 for r in ratios)
