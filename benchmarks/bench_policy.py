@@ -47,14 +47,31 @@ def time_dict_lookup(batches: list[int]) -> list[int]:
     return out
 
 
-def time_policy(name: str, batches: list[int], seed: int, queued: bool = False) -> list[int]:
-    policy = build_policy(name, {}, rng=random.Random(seed))
+def depths(num_reqs: int, gamma: int) -> tuple[int, ...]:
+    """Drafted requests per acceptance depth (``StepResult.num_reqs_reaching``): half of
+    those at one depth reach the next. The scheduler counts them (outside the policy)."""
+    return tuple(num_reqs >> j for j in range(gamma + 1)) if gamma else ()
+
+
+def time_policy(
+    name: str,
+    batches: list[int],
+    seed: int,
+    queued: bool = False,
+    params: dict[str, object] | None = None,
+) -> list[int]:
+    policy = build_policy(name, params or {}, rng=random.Random(seed))
+    table = {(b, g): depths(b, g) for b in set(batches) for g in range(policy.gamma_max + 1)}
     clock = time.perf_counter_ns
     out = []
     for b in batches:
         t0 = clock()
         gamma = policy.choose(b, 0, 2 * b if queued else None)
-        policy.observe(StepResult(b, gamma, b + gamma, 0.01 + 0.001 * gamma, b * gamma, 0))
+        reaching = table[b, gamma]
+        accepted = sum(reaching) - b if gamma else 0
+        policy.observe(
+            StepResult(b, gamma, b + accepted, 0.01 + 0.001 * gamma, b * gamma, accepted, reaching)
+        )
         out.append(clock() - t0)
     return out
 
@@ -81,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
             if name == "nightjar":
                 samples = time_policy(name, batches, args.seed, queued=True)
                 print(summarize("nightjar (queued)", samples, percentile(base, 0.5)))
+                unpaired: dict[str, object] = {"paired_acceptance": False}
+                samples = time_policy(name, batches, args.seed, params=unpaired)
+                print(summarize("nightjar unpaired", samples, percentile(base, 0.5)))
     finally:
         gc.enable()
     return 0

@@ -34,7 +34,7 @@ from nightjar_ray.sim.experiments import (
 from nightjar_ray.sim.metrics import Summary
 from nightjar_ray.sim.presets import SETTINGS, get_setting
 from nightjar_ray.sim.suite import SUITE, suite_workload
-from nightjar_ray.sim.suite_report import SuiteCell, suite_totals
+from nightjar_ray.sim.suite_report import MAX_E2E_OF_BEST_STATIC, SuiteCell, suite_totals
 from nightjar_ray.workload import RequestSpec
 from nightjar_ray.workload.trace import TRACE_ENV
 
@@ -107,6 +107,16 @@ def run_all(
     return cache, runs
 
 
+def e2e_by_workload(cells: list[SuiteCell], label: str) -> str:
+    """``workload passed/cells`` for the E2E goal (``MAX_E2E_OF_BEST_STATIC``), per workload."""
+    out = []
+    for workload in dict.fromkeys(c.workload for c in cells):
+        group = [c for c in cells if c.workload == workload]
+        ok = sum(c.e2e_of_best_static(label) <= MAX_E2E_OF_BEST_STATIC for c in group)
+        out.append(f"{workload} {ok}/{len(group)}")
+    return ", ".join(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--variant", action="append", default=[], help="LABEL=JSON nightjar params")
@@ -136,6 +146,8 @@ def main() -> int:
         cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))
     labels = [c.label for c in variants]
     print("\n".join(suite_totals(cells, [*labels, "off"])))
+    for label in labels:
+        print(f"{label}: mean E2E within 1.03x, by workload: {e2e_by_workload(cells, label)}")
     for label in labels:
         print(f"\n{label}: thr/best static, thr/off, E2E/best static's, E2E/off, best static:")
         for cell in cells:

@@ -87,6 +87,24 @@ class StepSample(NamedTuple):
     num_drafted_owed_tokens: int = 0
     """Tokens the draft processed for work owed (prompt chunks, catch-up) in the step, where
     the draft gate priced that work (0 otherwise): taken out of the sample as well."""
+    num_reqs_reaching: tuple[int, ...] = ()
+    """:attr:`StepResult.num_reqs_reaching` of the step (empty: unknown)."""
+
+
+def depth_counts(accepted: list[int], gamma: int) -> tuple[int, ...]:
+    """``StepResult.num_reqs_reaching`` from each drafted request's accepted drafts (all
+    verified ``gamma`` drafts): how many accepted at least j, j = 0..gamma."""
+    if gamma <= 0 or not accepted:
+        return ()
+    hist = [0] * (gamma + 1)
+    for a in accepted:
+        hist[min(a, gamma)] += 1
+    out = [0] * (gamma + 1)
+    total = 0
+    for j in range(gamma, -1, -1):
+        total += hist[j]
+        out[j] = total
+    return tuple(out)
 
 
 class _DecayedMean:
@@ -196,6 +214,7 @@ class ObservationRule:
             duration,
             s.num_draft_tokens,
             s.num_accepted_tokens,
+            s.num_reqs_reaching,
         )
 
     def _learn_from_prefill_only(self, s: StepSample) -> None:

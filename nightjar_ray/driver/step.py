@@ -80,6 +80,9 @@ class StepDecision:
     num_tokens: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    num_reqs_reaching: tuple[int, ...] = ()
+    """Drafted requests that accepted at least j drafts, j = 0..verified gamma (empty:
+    no drafts verified, or not known)."""
     duration_s: float = 0.0
     observed: bool = False
     draft_away: bool = False

@@ -289,6 +289,7 @@ class StepDriver:
         num_draft_tokens: int,
         num_accepted_tokens: int,
         duration_s: float | None = None,
+        num_reqs_reaching: tuple[int, ...] = (),
     ) -> StepDecision:
         """Close the oldest pending step; observe it if the observation rule takes it.
         ``duration_s``: the step's time where the caller knows it (the simulator's cost
@@ -301,6 +302,9 @@ class StepDriver:
         self._last_end_s = end_s
         num_accepted = min(num_accepted_tokens, num_draft_tokens)
         num_decode_tokens = num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs)
+        reaching = (
+            num_reqs_reaching if len(num_reqs_reaching) == decision.verified_gamma + 1 else ()
+        )
         result = (
             None
             if decision.draft_away
@@ -317,6 +321,7 @@ class StepDriver:
                     num_draft_tokens,
                     num_accepted,
                     decision.num_drafted_owed_tokens,
+                    reaching,
                 )
             )
         )
@@ -325,6 +330,7 @@ class StepDriver:
             num_tokens=num_tokens,
             num_draft_tokens=num_draft_tokens,
             num_accepted_tokens=num_accepted,
+            num_reqs_reaching=reaching,
             duration_s=duration,
             observed=result is not None,
         )

@@ -38,6 +38,7 @@ from nightjar_ray.driver.draft_gate import (
     approx_num_params,
     remaining_after_step,
 )
+from nightjar_ray.driver.observation import depth_counts
 from nightjar_ray.driver.queue import QueueState, joins_batch_ahead
 from nightjar_ray.driver.step import StepBatch
 from nightjar_ray.driver.step_driver import StepDriver
@@ -357,13 +358,20 @@ class NightjarScheduler(Scheduler):
         num_tokens = sum(len(ids) for ids in sampled)
         num_draft = num_accepted = 0
         index = runner_output.req_id_to_index or {}
+        depths: list[tuple[int, int]] = []  # (drafts, accepted) per drafted request
         for req_id, drafts in out.scheduled_spec_decode_tokens.items():
             i = index.get(req_id)
             if i is None or i >= len(sampled) or not sampled[i]:
                 continue
+            accepted = min(len(sampled[i]) - 1, len(drafts))
             num_draft += len(drafts)
-            num_accepted += min(len(sampled[i]) - 1, len(drafts))
-        self.step_driver.on_output(num_tokens, num_draft, num_accepted)
+            num_accepted += accepted
+            depths.append((len(drafts), accepted))
+        # a request verifying fewer drafts than the step's gamma (near its length limit)
+        # does not say how deep it would have gone: left out of the depths
+        gamma = max((d for d, _ in depths), default=0)
+        reaching = depth_counts([a for d, a in depths if d == gamma], gamma)
+        self.step_driver.on_output(num_tokens, num_draft, num_accepted, num_reqs_reaching=reaching)
         report = read_worker_report(runner_output)
         if report is None:
             return

@@ -46,6 +46,9 @@ class StepResult(NamedTuple):
     """Draft tokens proposed in the step (B * gamma for a pure decode step)."""
     num_accepted_tokens: int = 0
     """Draft tokens the target accepted."""
+    num_reqs_reaching: tuple[int, ...] = ()
+    """Per depth j = 0..gamma: the drafted requests that accepted at least j draft tokens
+    (element 0: every drafted request); empty where the driver does not know them."""
 
     @property
     def latency_per_token_s(self) -> float:
@@ -68,11 +71,28 @@ def validate_result(result: StepResult, gamma_max: int) -> None:
         raise ValueError(f"StepResult.num_tokens must be >= 1, got {result.num_tokens}")
     if not result.duration_s > 0.0:
         raise ValueError(f"StepResult.duration_s must be > 0, got {result.duration_s}")
+    reaching = result.num_reqs_reaching
+    if reaching and not _valid_depths(reaching, result.gamma, result.num_reqs):
+        raise ValueError(
+            f"StepResult.num_reqs_reaching must hold gamma + 1 = {result.gamma + 1} "
+            f"non-increasing counts in [0, num_reqs = {result.num_reqs}], got {reaching}"
+        )
     if not 0 <= result.num_accepted_tokens <= result.num_draft_tokens:
         raise ValueError(
             "StepResult needs 0 <= num_accepted_tokens <= num_draft_tokens, got "
             f"{result.num_accepted_tokens} > {result.num_draft_tokens}"
         )
+
+
+def _valid_depths(reaching: tuple[int, ...], gamma: int, num_reqs: int) -> bool:
+    if len(reaching) != gamma + 1 or reaching[0] > num_reqs or reaching[-1] < 0:
+        return False
+    above = reaching[0]
+    for n in reaching:  # NOTE: a plain loop: this runs on every observe
+        if n > above:
+            return False
+        above = n
+    return True
 
 
 def validate_context(num_reqs: int, max_skip_tokens: int) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from nightjar_ray.policy.base import StepResult
 from nightjar_ray.policy.batch_curve import STEPS_TABLE, BatchCurve
 from nightjar_ray.policy.bucketing import BucketFn
-from nightjar_ray.policy.factored import REQS_TABLE, TokensPerRequestPrior
+from nightjar_ray.policy.factored import REACH_TABLE, REQS_TABLE, TokensPerRequestPrior
 from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, Cell
 
@@ -38,7 +38,9 @@ class ArmEstimates:
         self._token_weighted = config.latency_estimator in ("token-weighted", "factored")
         self._prior: TokensPerRequestPrior | None = None
         if config.latency_estimator == "factored":
-            self._prior = TokensPerRequestPrior(num_arms, config.tokens_prior_req_steps)
+            self._prior = TokensPerRequestPrior(
+                num_arms, config.tokens_prior_req_steps, config.paired_acceptance
+            )
         self._curve = BatchCurve(num_arms) if config.batch_curve and self._prior else None
         self._share = config.share_across_keys
         self._bound = config.untried_arm_bound
@@ -62,6 +64,8 @@ class ArmEstimates:
         self.table.update(key, gamma, result.duration_s / num_tokens, weight)
         if self._prior is not None:
             self._prior.update(key, gamma, result.num_reqs, num_tokens)
+            if result.num_reqs_reaching:
+                self._prior.update_depths(key, result.num_reqs_reaching)
             if self._curve is not None:
                 self._curve.table.update(key, gamma, 1.0 / num_tokens, weight)
         if check and self._all_settled(key):
@@ -181,6 +185,7 @@ class ArmEstimates:
         tables = {LATENCY_TABLE: self.table.export()}
         if self._prior is not None:
             tables[REQS_TABLE] = self._prior.table.export()
+            tables[REACH_TABLE] = self._prior.export_depths()
         if self._curve is not None:
             tables[STEPS_TABLE] = self._curve.table.export()
         return tables
@@ -189,8 +194,7 @@ class ArmEstimates:
         """Replace every table (a missing one loads empty) and recompute complete keys."""
         self.table.load(tables.get(LATENCY_TABLE, {}))
         if self._prior is not None:
-            self._prior.table.load(tables.get(REQS_TABLE, {}))
-            self._prior.reload()
+            self._prior.load(tables.get(REQS_TABLE, {}), tables.get(REACH_TABLE, {}))
         if self._curve is not None:
             self._curve.table.load(tables.get(STEPS_TABLE, {}))
         self.complete_keys = {k for k in self.table.counts if self._all_settled(k)}

@@ -31,27 +31,49 @@ both merge exactly across replicas, and ``t_all`` is derived from them::
 
     latency_per_token_s[key, gamma] = (tokens, sum(d) / tokens)
     reqs_per_token[key, gamma]      = (tokens, sum(B) / tokens)
+
+``paired`` (``paired_acceptance``, the default) learns ``t`` from every drafted request's
+acceptance depth instead: a request that accepted ``a`` of ``g`` drafts would have emitted
+``min(a, g') + 1`` tokens at any ``g' <= g`` (the first ``g'`` drafts and their verdicts do
+not depend on ``g``), so a step at gamma ``g`` is a sample of every shorter arm too, on the
+same requests. Per depth ``j``, over the drafted requests of steps at gamma >= ``j``::
+
+    q[key, j] = (reached j) / (reached j - 1)          shrunk toward q_all[j] by k
+    t^[key, gamma] = 1 + sum_{h <= gamma} prod_{j <= h} q[key, j]
+
+Rare longer arms are then compared with the arm a key plays on the same requests, not on
+whichever requests a probe happened to meet, and ``t`` rises with gamma by construction.
+An arm deeper than any depth observed keeps the estimate above. Stored as one more table
+that merges exactly: ``reach_rate[key, j] = (requests at depth j - 1, q[key, j])``.
 """
 
 from __future__ import annotations
 
-from nightjar_ray.policy.stats import ArmTable
+from collections.abc import Mapping
+
+from nightjar_ray.policy.stats import ArmTable, Cell
 
 REQS_TABLE = "reqs_per_token"
+REACH_TABLE = "reach_rate"
 
 
 class TokensPerRequestPrior:
-    """Requests per token per (key, gamma), and tokens per request over all keys."""
+    """Requests per token per (key, gamma), tokens per request over all keys, and (paired)
+    drafted requests per acceptance depth per key and over all keys."""
 
-    __slots__ = ("_prior", "_reqs", "_tokens", "table")
+    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_tokens", "table")
 
-    def __init__(self, num_arms: int, prior_req_steps: float) -> None:
+    def __init__(self, num_arms: int, prior_req_steps: float, paired: bool = True) -> None:
         if prior_req_steps < 0.0:
             raise ValueError(f"prior_req_steps must be >= 0, got {prior_req_steps}")
         self.table = ArmTable(num_arms)
+        self._paired = paired
         self._prior = prior_req_steps
         self._tokens = [0.0] * num_arms
         self._reqs = [0.0] * num_arms
+        self._depths: dict[int, tuple[list[float], list[float]]] = {}
+        """key -> (requests that reached depth j, requests at depth j - 1 that tried it)."""
+        self._pooled: tuple[list[float], list[float]] | None = None
 
     def update(self, key: int, gamma: int, num_reqs: int, num_tokens: int) -> None:
         """Fold one step (``num_reqs`` decoding requests emitted ``num_tokens``)."""
@@ -67,13 +89,82 @@ class TokensPerRequestPrior:
         self._tokens[gamma] += num_tokens
         self._reqs[gamma] += num_reqs
 
-    def reload(self) -> None:
-        """Recompute the all-keys sums after ``table`` was replaced (``load_stats``)."""
-        self._tokens = [0.0] * self.table.num_arms
-        self._reqs = [0.0] * self.table.num_arms
+    def update_depths(self, key: int, num_reqs_reaching: tuple[int, ...]) -> None:
+        """Fold one step's drafted requests per acceptance depth
+        (``StepResult.num_reqs_reaching``)."""
+        if not self._paired:
+            return
+        rows = self._depths.get(key)
+        if rows is None:
+            num_arms = self.table.num_arms
+            rows = self._depths[key] = ([0.0] * num_arms, [0.0] * num_arms)
+        reached, tried = rows
+        below = num_reqs_reaching[0]
+        for j in range(1, len(num_reqs_reaching)):  # NOTE: sums only: every observe
+            n = num_reqs_reaching[j]
+            reached[j] += n
+            tried[j] += below
+            below = n
+        self._pooled = None
+
+    def _pooled_depths(self) -> tuple[list[float], list[float]]:
+        """Every key's depth sums added up (cached until the next update)."""
+        pooled = self._pooled
+        if pooled is None:
+            num_arms = self.table.num_arms
+            reached, tried = [0.0] * num_arms, [0.0] * num_arms
+            for key_reached, key_tried in self._depths.values():
+                for j in range(1, num_arms):
+                    reached[j] += key_reached[j]
+                    tried[j] += key_tried[j]
+            pooled = self._pooled = (reached, tried)
+        return pooled
+
+    def export_depths(self) -> dict[tuple[int, int], Cell]:
+        """The depths as a mergeable table: (key, j) -> (tried, share reached)."""
+        return {
+            (key, j): (tried[j], reached[j] / tried[j])
+            for key, (reached, tried) in sorted(self._depths.items())
+            for j in range(1, len(tried))
+            if tried[j] > 0.0
+        }
+
+    def load(
+        self, reqs: Mapping[tuple[int, int], Cell], depths: Mapping[tuple[int, int], Cell]
+    ) -> None:
+        """Replace both tables and recompute the all-keys sums (``load_stats``)."""
+        self.table.load(reqs)
+        num_arms = self.table.num_arms
+        self._tokens, self._reqs = [0.0] * num_arms, [0.0] * num_arms
+        self._pooled = None
         for _key, gamma, tokens, reqs_per_token in self.table.cells():
             self._tokens[gamma] += tokens
             self._reqs[gamma] += tokens * reqs_per_token
+        self._depths = {}
+        for (key, j), (tried, rate) in depths.items():
+            if not 0 < j < num_arms or tried <= 0.0:
+                continue
+            rows = self._depths.setdefault(key, ([0.0] * num_arms, [0.0] * num_arms))
+            rows[0][j] += tried * rate
+            rows[1][j] += tried
+
+    def _paired_tokens(self, key: int) -> list[float]:
+        """``t^[key, gamma]`` from acceptance depths (module docstring) for every gamma up
+        to the deepest depth observed over all keys."""
+        rows = self._depths.get(key)
+        all_reached, all_tried = self._pooled_depths()
+        k = self._prior
+        out = [1.0]
+        share = 1.0
+        for j in range(1, self.table.num_arms):
+            if all_tried[j] <= 0.0:
+                break
+            q = all_reached[j] / all_tried[j]
+            if rows is not None and rows[1][j] > 0.0:
+                q = (rows[0][j] + k * q) / (rows[1][j] + k)
+            share *= q
+            out.append(out[-1] + share)
+        return out
 
     def latency(self, key: int, token_weighted: list[float]) -> list[float]:
         """``l^`` per gamma of ``key`` from its token-weighted means (module docstring);
@@ -84,11 +175,15 @@ class TokensPerRequestPrior:
         ratios = self.table.means[key]
         out = list(token_weighted)
         k = self._prior
+        paired = self._paired_tokens(key) if self._paired else [1.0]
         for gamma, (tokens, ratio) in enumerate(zip(counts, ratios, strict=True)):
             reqs = tokens * ratio
             if reqs <= 0.0 or self._reqs[gamma] <= 0.0:
                 continue
-            all_keys = self._tokens[gamma] / self._reqs[gamma]
-            shrunk = (tokens + k * all_keys) / (reqs + k)
+            if 0 < gamma < len(paired):
+                shrunk = paired[gamma]
+            else:
+                all_keys = self._tokens[gamma] / self._reqs[gamma]
+                shrunk = (tokens + k * all_keys) / (reqs + k)
             out[gamma] = token_weighted[gamma] * tokens / (reqs * shrunk)
         return out

@@ -70,6 +70,14 @@ class NightjarParams(PolicyConfig):
             "per request in a key's estimate; 0 is 'token-weighted' exactly."
         ),
     )
+    paired_acceptance: bool = Field(
+        True,
+        description=(
+            "'factored' only: learn tokens per request at each gamma from every drafted "
+            "request's acceptance depth in steps at that gamma or above (the same requests "
+            "price the shorter arms); False: from steps at that gamma only."
+        ),
+    )
     batch_curve: bool = Field(
         True,
         description=(
@@ -169,6 +177,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "bucketing": "exact",
         "switch_cost_weight": 1.0,
         "latency_estimator": "step-mean",
+        "paired_acceptance": False,
         "batch_curve": False,
         "exploration": "uniform",
         "explore_bin_steps": None,

@@ -29,7 +29,11 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from nightjar_ray.driver.draft_gate import remaining_after_step
-from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRuleName
+from nightjar_ray.driver.observation import (
+    DEFAULT_OBSERVATION_RULE,
+    ObservationRuleName,
+    depth_counts,
+)
 from nightjar_ray.driver.queue import QueueState, joins_batch_ahead
 from nightjar_ray.driver.step import Choice, StepBatch
 from nightjar_ray.driver.step_driver import StepDriver
@@ -197,7 +201,7 @@ class SimServer:
         cost = self.cost.cost(step, draft_runs, undrafted)
         self.now_s += cost.total_s
         self.catchup_s += cost.catchup_s
-        num_tokens, num_accepted = self._apply(step, draft_runs, undrafted)
+        num_tokens, num_accepted, reaching = self._apply(step, draft_runs, undrafted)
         self.num_steps += 1
         num_first_tokens = sum(not r.is_prefilling for r, _ in step.prefills)
         num_drafted = sum(r not in undrafted for r in step.decodes)
@@ -206,6 +210,7 @@ class SimServer:
             num_drafted * step.gamma,
             num_accepted,
             duration_s=cost.total_s,
+            num_reqs_reaching=reaching,
         )
         self._record(step, cost.total_s)
         if self.elastic is not None:
@@ -285,12 +290,16 @@ class SimServer:
 
     def _apply(
         self, step: ScheduledStep, draft_runs: bool, undrafted: frozenset[SimRequest]
-    ) -> tuple[int, int]:
-        """Emit tokens; returns (decode tokens emitted, draft tokens accepted)."""
+    ) -> tuple[int, int, tuple[int, ...]]:
+        """Emit tokens; returns (decode tokens emitted, draft tokens accepted, drafted
+        requests reaching each depth: ``StepResult.num_reqs_reaching``)."""
         gamma, num_tokens, num_accepted = step.gamma, 0, 0
+        depths: list[int] = []
         for req in step.decodes:
             drafted = draft_runs and req not in undrafted
             accepted = req.acceptance.accepted(gamma) if gamma and drafted else 0
+            if gamma and drafted:
+                depths.append(accepted)
             emitted = min(1 + accepted, req.num_remaining_output)
             num_accepted += accepted
             num_tokens += emitted
@@ -308,7 +317,7 @@ class SimServer:
                     req.first_token_s = self.now_s
                 if req.num_remaining_output == 0:
                     self._finish(req)
-        return num_tokens, num_accepted
+        return num_tokens, num_accepted, depth_counts(depths, gamma)
 
     def _finish(self, req: SimRequest) -> None:
         self.scheduler.finish(req)

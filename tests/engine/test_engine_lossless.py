@@ -67,6 +67,23 @@ def test_fixed_policy_is_lossless(
     assert outputs == reference
     assert {d["gamma"] for d in decisions} == {3}
     assert stats["num_skipped_steps"] == 0
+    check_acceptance_depths(decisions, 3)
+
+
+def check_acceptance_depths(decisions: list[dict[str, Any]], gamma: int) -> None:
+    """Each verifying step logs its drafted requests per acceptance depth (what the
+    ``paired_acceptance`` estimator learns from): non-increasing, summing to the step's
+    accepted drafts where every drafted request verified ``gamma``, with rejections."""
+    verified = [d for d in decisions if d["verified_gamma"] == gamma and d["num_draft_tokens"]]
+    full = [d for d in verified if d["num_reqs_reaching"][0] * gamma == d["num_draft_tokens"]]
+    assert len(full) >= 10
+    for d in verified:
+        reaching = d["num_reqs_reaching"]
+        assert len(reaching) == gamma + 1 and reaching == sorted(reaching, reverse=True)
+        assert reaching[0] <= d["num_decode_reqs"]
+    assert all(sum(d["num_reqs_reaching"][1:]) == d["num_accepted_tokens"] for d in full)
+    assert any(d["num_reqs_reaching"][gamma] < d["num_reqs_reaching"][0] for d in full)
+    assert any(d["num_reqs_reaching"][1] > 0 for d in full)
 
 
 @pytest.mark.parametrize("processes", ["in-process", "spawned"])

@@ -263,6 +263,18 @@ def test_observed_time_modes() -> None:
     assert all(r.num_reqs >= 1 and r.num_draft_tokens == 2 * r.num_reqs for r in step)
 
 
+def test_every_sample_carries_its_drafted_requests_acceptance_depths() -> None:
+    """What the ``paired_acceptance`` estimator learns from, as the engine reports it:
+    per depth, the drafted requests that accepted at least that many drafts."""
+    results, _ = _observed("prefill-corrected")
+    assert len(results) > 100
+    for r in results:
+        assert len(r.num_reqs_reaching) == 3 and r.num_reqs_reaching[0] == r.num_reqs
+        assert sum(r.num_reqs_reaching[1:]) == r.num_accepted_tokens
+    assert any(r.num_reqs_reaching[2] < r.num_reqs_reaching[0] for r in results)
+    assert any(r.num_reqs_reaching[2] > 0 for r in results)
+
+
 def test_the_simulator_runs_only_the_engines_observation_rules() -> None:
     with pytest.raises(ValueError, match="unknown observation rule 'decode'"):
         _observed("decode")

@@ -27,9 +27,14 @@ def _crossover(seed: int) -> tuple:  # type: ignore[type-arg]
     return suite_workload("crossover", SETTING, seed)[:150]
 
 
-def _gamma_max_steps_at_large_batches(warm: bool, seed: int = 0) -> int:
+def _gamma_max_steps_at_large_batches(warm: bool, params: dict[str, object] | None = None) -> int:
     """Steps at B >= 33 that played gamma 4 (far from the best there) in a short run."""
-    c, earlier = (WARM, _crossover(seed + WARM_START_SEED_OFFSET)) if warm else (NIGHTJAR, None)
+    cold, warmed = (
+        next(c for c in suite_contenders(params or {}, False, warm_start=True) if c.label == label)
+        for label in ("nightjar", "nightjar-warm")
+    )
+    seed = 0
+    c, earlier = (warmed, _crossover(seed + WARM_START_SEED_OFFSET)) if warm else (cold, None)
     result = run_contender(SETTING, c, _crossover(seed), "sharegpt", seed, RunKnobs(), earlier)
     return sum(1 for s in result.timeline if s.num_reqs >= 33 and s.gamma == 4)
 
@@ -47,11 +52,16 @@ def test_the_warm_policy_holds_the_earlier_statistics_and_fresh_schedules() -> N
 
 
 def test_a_warm_start_skips_the_cold_plays_of_every_arm_at_large_batches() -> None:
-    cold = _gamma_max_steps_at_large_batches(warm=False)
-    warm = _gamma_max_steps_at_large_batches(warm=True)
+    """Measured where a cold key still plays gamma 4 (tokens per request from each arm's
+    own steps): the paired acceptance depths (the default) let the bounds price it from
+    the arms below before a cold key at B >= 33 plays it at all."""
+    unpaired = {"paired_acceptance": False}
+    cold = _gamma_max_steps_at_large_batches(False, unpaired)
+    warm = _gamma_max_steps_at_large_batches(True, unpaired)
     # a cold key plays untried arms, gamma 4 included, until its bounds can price them
     assert cold >= 3, cold
     assert warm <= cold // 4, (warm, cold)  # a warm key ranks its arms from the start
+    assert _gamma_max_steps_at_large_batches(False) == 0
 
 
 def test_a_warm_contender_without_an_earlier_run_is_refused() -> None:
