@@ -338,7 +338,10 @@ class StepDriver:
             with self.policy_lock:
                 self.policy.observe(result)
             self.num_observed += 1
-            self.telemetry.on_observed(result.num_tokens, result.duration_s)
+            depths = result.num_reqs_reaching
+            self.telemetry.on_observed(
+                result.num_tokens, result.duration_s, sum(depths) - depths[-1] if depths else 0
+            )
         self._record(done)
         return done
 

@@ -47,6 +47,9 @@ class TelemetryReading:
     num_observed_steps: int
     observed_tokens: int
     observed_seconds: float
+    observed_depth_reqs: int
+    """Drafted requests behind the observed steps' acceptance depths, summed over the
+    depths each step tried (the count the policy's ``reach_rate`` table gains)."""
     num_switches: int
     num_drafted_reqs: int
     """Request-steps the draft ran over (steps that speculated)."""
@@ -82,6 +85,7 @@ class EngineTelemetry:
         self.decisions_by_mode = dict.fromkeys(DECISION_MODES, 0)
         self.num_observed_steps = 0
         self.observed_tokens = 0
+        self.observed_depth_reqs = 0
         self.observed_seconds = 0.0
         self.num_switches = 0
         self.num_drafted_reqs = 0
@@ -122,11 +126,13 @@ class EngineTelemetry:
         self.last_gamma = gamma
         self.last_num_reqs = num_reqs
 
-    def on_observed(self, num_tokens: int, duration_s: float) -> None:
-        """A step the policy learned from: its tokens and wall time (goodput)."""
+    def on_observed(self, num_tokens: int, duration_s: float, num_depth_reqs: int = 0) -> None:
+        """A step the policy learned from: its tokens and wall time (goodput), and the
+        drafted requests behind its acceptance depths."""
         self.num_observed_steps += 1
         self.observed_tokens += num_tokens
         self.observed_seconds += duration_s
+        self.observed_depth_reqs += num_depth_reqs
 
     def on_catch_up(self, seconds: float, num_tokens: int) -> None:
         """Draft KV catch-up work done by the workers since the last report."""
@@ -155,6 +161,7 @@ class EngineTelemetry:
             num_observed_steps=self.num_observed_steps,
             observed_tokens=self.observed_tokens,
             observed_seconds=self.observed_seconds,
+            observed_depth_reqs=self.observed_depth_reqs,
             num_switches=self.num_switches,
             num_drafted_reqs=self.num_drafted_reqs,
             num_undrafted_reqs=self.num_undrafted_reqs,

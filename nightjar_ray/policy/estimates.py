@@ -1,7 +1,8 @@
 """What the nightjar policy knows per (batch-size key, gamma), and the rows Eq. (4) ranks.
 
 :class:`ArmEstimates` owns the learned tables (``latency_per_token_s`` and, with the
-``factored`` estimator, ``reqs_per_token`` and ``batch_curve``'s ``steps_per_token``),
+``factored`` estimator, ``reqs_per_token``, ``reach_rate`` and ``batch_curve``'s
+``steps_per_token``),
 decides when an arm's estimate is trusted (*settled*), and builds the per-gamma row of
 latency per token the policy ranks for a key (``ranked``)::
 

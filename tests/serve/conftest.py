@@ -93,13 +93,16 @@ def two_model_args(snapshot_dir: Path, deployment: dict[str, Any] | None = None)
 def expected_pool_count(fingerprint: dict[str, Any], report: dict[str, Any]) -> float:
     """The pool's count for a replica's observations (its report to the policy actor):
     steps (step-mean), else tokens in each table (the latency table, ``factored``'s
-    requests per token, ``batch_curve``'s steps per token)."""
+    requests per token, ``batch_curve``'s steps per token), plus ``factored``'s acceptance
+    depths (``reach_rate``: drafted requests per depth; paired acceptance is the default
+    and not part of the fingerprint)."""
     estimator = fingerprint.get("latency_estimator")
     if estimator == "step-mean":
         return float(report["num_observed_steps"])
     factored = estimator == "factored"
     num_tables = 1 + factored + (factored and bool(fingerprint.get("batch_curve")))
-    return num_tables * report["observed_tokens"]
+    depths = report["observed_depth_reqs"] if factored else 0
+    return num_tables * report["observed_tokens"] + depths
 
 
 def client_headers(headers: Mapping[str, str] | None) -> dict[str, str]:

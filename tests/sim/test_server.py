@@ -266,8 +266,14 @@ def test_observed_time_modes() -> None:
 def test_every_sample_carries_its_drafted_requests_acceptance_depths() -> None:
     """What the ``paired_acceptance`` estimator learns from, as the engine reports it:
     per depth, the drafted requests that accepted at least that many drafts."""
-    results, _ = _observed("prefill-corrected")
+    policy = _Recorder(2)
+    srv = SimServer(SETTING, policy, ServerOptions())  # type: ignore[arg-type]
+    srv.run(poisson_workload(SETTING, 15.0, 120))
+    results = policy.results
     assert len(results) > 100
+    # what the policy actor's pool gains from them (reach_rate's count), in the telemetry
+    tried = sum(sum(r.num_reqs_reaching[:-1]) for r in results)
+    assert srv.driver.telemetry.read().observed_depth_reqs == tried > 0
     for r in results:
         assert len(r.num_reqs_reaching) == 3 and r.num_reqs_reaching[0] == r.num_reqs
         assert sum(r.num_reqs_reaching[1:]) == r.num_accepted_tokens
