@@ -63,25 +63,34 @@ class StepResult(NamedTuple):
 
 def validate_result(result: StepResult, gamma_max: int) -> None:
     """Raise ``ValueError`` if ``result`` cannot be a real step's outcome."""
-    if result.num_reqs < 1:
-        raise ValueError(f"StepResult.num_reqs must be >= 1, got {result.num_reqs}")
-    if not 0 <= result.gamma <= gamma_max:
-        raise ValueError(f"StepResult.gamma must be in [0, {gamma_max}], got {result.gamma}")
-    if result.num_tokens < 1:
-        raise ValueError(f"StepResult.num_tokens must be >= 1, got {result.num_tokens}")
-    if not result.duration_s > 0.0:
-        raise ValueError(f"StepResult.duration_s must be > 0, got {result.duration_s}")
-    reaching = result.num_reqs_reaching
-    if reaching and not _valid_depths(reaching, result.gamma, result.num_reqs):
-        raise ValueError(
-            f"StepResult.num_reqs_reaching must hold gamma + 1 = {result.gamma + 1} "
-            f"non-increasing counts in [0, num_reqs = {result.num_reqs}], got {reaching}"
-        )
-    if not 0 <= result.num_accepted_tokens <= result.num_draft_tokens:
+    num_reqs, gamma, num_tokens, duration_s, drafted, accepted, reaching = result
+    # NOTE: one expression for every observe's common case; the checks below say what is wrong.
+    if (
+        num_reqs >= 1
+        and 0 <= gamma <= gamma_max
+        and num_tokens >= 1
+        and duration_s > 0.0
+        and 0 <= accepted <= drafted
+        and (not reaching or _valid_depths(reaching, gamma, num_reqs))
+    ):
+        return
+    if num_reqs < 1:
+        raise ValueError(f"StepResult.num_reqs must be >= 1, got {num_reqs}")
+    if not 0 <= gamma <= gamma_max:
+        raise ValueError(f"StepResult.gamma must be in [0, {gamma_max}], got {gamma}")
+    if num_tokens < 1:
+        raise ValueError(f"StepResult.num_tokens must be >= 1, got {num_tokens}")
+    if not duration_s > 0.0:
+        raise ValueError(f"StepResult.duration_s must be > 0, got {duration_s}")
+    if not 0 <= accepted <= drafted:
         raise ValueError(
             "StepResult needs 0 <= num_accepted_tokens <= num_draft_tokens, got "
-            f"{result.num_accepted_tokens} > {result.num_draft_tokens}"
+            f"{accepted} > {drafted}"
         )
+    raise ValueError(
+        f"StepResult.num_reqs_reaching must hold gamma + 1 = {gamma + 1} "
+        f"non-increasing counts in [0, num_reqs = {num_reqs}], got {reaching}"
+    )
 
 
 def _valid_depths(reaching: tuple[int, ...], gamma: int, num_reqs: int) -> bool:

@@ -52,23 +52,26 @@ class ArmEstimates:
 
     def observe(self, result: StepResult) -> None:
         """Fold one validated step into every table."""
-        # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e.
-        # sum(d)/sum(n); counts then hold tokens, which merge exactly too.
-        num_tokens = result.num_tokens
-        weight = float(num_tokens) if self._token_weighted else 1.0
-        key, gamma = self._key(result.num_reqs), result.gamma
+        num_reqs, gamma, num_tokens, duration_s, _, _, reaching = result
+        key = self._key(num_reqs)
+        table = self.table
+        counts = table.counts.get(key)
+        if counts is None:
+            counts = table.counts_row(key)
         # NOTE: a key completes only when one of its arms settles, so only then is it checked.
-        check = False
-        if key not in self.complete_keys:
-            counts = self.table.counts.get(key)
-            check = counts is None or not self.settled(key, counts[gamma])
-        self.table.update(key, gamma, result.duration_s / num_tokens, weight)
+        check = key not in self.complete_keys and not self.settled(key, counts[gamma])
+        # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e. sum(d)/sum(n);
+        # counts then hold tokens, which merge exactly too. Inlined ArmTable.add: every step.
+        if self._token_weighted:
+            counts[gamma] += num_tokens
+            table.sums[key][gamma] += duration_s
+        else:
+            counts[gamma] += 1.0
+            table.sums[key][gamma] += duration_s / num_tokens
         if self._prior is not None:
-            self._prior.update(key, gamma, result.num_reqs, num_tokens)
-            if result.num_reqs_reaching:
-                self._prior.update_depths(key, result.num_reqs_reaching)
+            self._prior.update(key, gamma, num_reqs, num_tokens, reaching)
             if self._curve is not None:
-                self._curve.table.update(key, gamma, 1.0 / num_tokens, weight)
+                self._curve.table.add(key, gamma, 1.0, num_tokens)
         if check and self._all_settled(key):
             self.complete_keys.add(key)
 
@@ -84,12 +87,12 @@ class ArmEstimates:
 
     def first_unsettled(self, key: int) -> int:
         """The smallest gamma ``key`` has not settled (it has one: the key is not complete)."""
-        counts = self.table.row(key)[0]
+        counts = self.table.counts_row(key)
         return next(g for g, n in enumerate(counts) if not self.settled(key, n))
 
     def best_settled(self, key: int) -> int:
         """The settled arm of ``key`` with the lowest estimate (0 when none is settled)."""
-        counts = self.table.row(key)[0]
+        counts = self.table.counts_row(key)
         settled = [g for g, n in enumerate(counts) if self.settled(key, n)]
         if not settled:
             return 0
@@ -99,7 +102,7 @@ class ArmEstimates:
     def ranked(self, key: int, num_reqs: int | None = None) -> list[float] | None:
         """The row Eq. (4) ranks for ``key`` (module docstring; at ``num_reqs`` on the batch
         curve where given); ``None`` while the key must try an arm first."""
-        counts = self.table.row(key)[0]
+        counts = self.table.counts_row(key)
         if key in self.complete_keys:
             return self.means(key) if num_reqs is None else self.means_at(key, num_reqs)
         if self._bound:
@@ -173,7 +176,7 @@ class ArmEstimates:
 
     def means(self, key: int) -> list[float]:
         """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
-        means = self.table.means[key]
+        means = self.table.mean_row(key)
         return means if self._prior is None else self._prior.latency(key, means)
 
     def estimate(self, num_reqs: int, gamma: int) -> float | None:

@@ -75,33 +75,31 @@ class TokensPerRequestPrior:
         """key -> (requests that reached depth j, requests at depth j - 1 that tried it)."""
         self._pooled: tuple[list[float], list[float]] | None = None
 
-    def update(self, key: int, gamma: int, num_reqs: int, num_tokens: int) -> None:
-        """Fold one step (``num_reqs`` decoding requests emitted ``num_tokens``)."""
+    def update(
+        self, key: int, gamma: int, num_reqs: int, num_tokens: int, reaching: tuple[int, ...] = ()
+    ) -> None:
+        """Fold one step: ``num_reqs`` decoding requests emitted ``num_tokens``; ``reaching``:
+        its drafted requests per acceptance depth (``StepResult.num_reqs_reaching``)."""
         table = self.table
         counts = table.counts.get(key)
         if counts is None:
-            table.update(key, gamma, num_reqs / num_tokens, float(num_tokens))
-        else:  # NOTE: ArmTable.update inlined: the hot path of every observe
-            means = table.means[key]
-            n = counts[gamma] + num_tokens
-            counts[gamma] = n
-            means[gamma] += (num_reqs / num_tokens - means[gamma]) * (num_tokens / n)
+            counts = table.counts_row(key)
+        counts[gamma] += num_tokens  # NOTE: ArmTable.add inlined: the hot path of every observe
+        table.sums[key][gamma] += num_reqs
         self._tokens[gamma] += num_tokens
         self._reqs[gamma] += num_reqs
+        if reaching and self._paired:
+            self._update_depths(key, reaching)
 
-    def update_depths(self, key: int, num_reqs_reaching: tuple[int, ...]) -> None:
-        """Fold one step's drafted requests per acceptance depth
-        (``StepResult.num_reqs_reaching``)."""
-        if not self._paired:
-            return
+    def _update_depths(self, key: int, reaching: tuple[int, ...]) -> None:
         rows = self._depths.get(key)
         if rows is None:
             num_arms = self.table.num_arms
             rows = self._depths[key] = ([0.0] * num_arms, [0.0] * num_arms)
         reached, tried = rows
-        below = num_reqs_reaching[0]
-        for j in range(1, len(num_reqs_reaching)):  # NOTE: sums only: every observe
-            n = num_reqs_reaching[j]
+        below = reaching[0]
+        for j in range(1, len(reaching)):  # NOTE: sums only: every observe
+            n = reaching[j]
             reached[j] += n
             tried[j] += below
             below = n
@@ -172,12 +170,11 @@ class TokensPerRequestPrior:
         counts = self.table.counts.get(key)
         if counts is None:
             return token_weighted
-        ratios = self.table.means[key]
+        reqs_row = self.table.sums[key]
         out = list(token_weighted)
         k = self._prior
         paired = self._paired_tokens(key) if self._paired else [1.0]
-        for gamma, (tokens, ratio) in enumerate(zip(counts, ratios, strict=True)):
-            reqs = tokens * ratio
+        for gamma, (tokens, reqs) in enumerate(zip(counts, reqs_row, strict=True)):
             if reqs <= 0.0 or self._reqs[gamma] <= 0.0:
                 continue
             if 0 < gamma < len(paired):

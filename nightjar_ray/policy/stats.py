@@ -9,11 +9,12 @@ largest goodput ever seen, used to normalize bandit rewards) merge by ``max``.
 
 Layout of one table inside a policy (``ArmTable``)::
 
-    key (batch size) -> counts[gamma 0..G], means[gamma 0..G]
-        1            -> [n0, n1, ..., nG],  [m0, m1, ..., mG]
+    key (batch size) -> counts[gamma 0..G], sums[gamma 0..G]     mean = sum / count
+        1            -> [n0, n1, ..., nG],  [s0, s1, ..., sG]
         2            -> ...
 
-Lists indexed by gamma keep the hot path (argmin over arms) cheap.
+Lists indexed by gamma keep the hot path cheap: folding a step is two additions, ranking
+the arms one division per arm.
 """
 
 from __future__ import annotations
@@ -31,48 +32,64 @@ SNAPSHOT_VERSION = 1
 
 
 class ArmTable:
-    """Mutable count/mean accumulators per (key, gamma); owned by one policy."""
+    """Mutable count/sum accumulators per (key, gamma); owned by one policy. A cell's mean
+    is its sum of weighted values over its count (what ``PolicyStats`` carries)."""
 
-    __slots__ = ("counts", "means", "num_arms")
+    __slots__ = ("counts", "num_arms", "sums")
 
     def __init__(self, num_arms: int) -> None:
         if num_arms < 1:
             raise ValueError(f"num_arms must be >= 1, got {num_arms}")
         self.num_arms = num_arms
         self.counts: dict[int, list[float]] = {}
-        self.means: dict[int, list[float]] = {}
+        """key -> per gamma: the sum of weights folded."""
+        self.sums: dict[int, list[float]] = {}
+        """key -> per gamma: the sum of weight x value folded."""
 
-    def row(self, key: int) -> tuple[list[float], list[float]]:
-        """Counts and means for ``key``, created empty on first use."""
+    def counts_row(self, key: int) -> list[float]:
+        """Counts for ``key``, the row created empty on first use."""
         counts = self.counts.get(key)
         if counts is None:
             counts = self.counts[key] = [0.0] * self.num_arms
-            self.means[key] = [0.0] * self.num_arms
-        return counts, self.means[key]
+            self.sums[key] = [0.0] * self.num_arms
+        return counts
+
+    def row(self, key: int) -> tuple[list[float], list[float]]:
+        """Counts and means (a new list) for ``key``, created empty on first use."""
+        return self.counts_row(key), self.mean_row(key)
+
+    def mean_row(self, key: int) -> list[float]:
+        """Means per gamma of ``key`` (a new list; 0.0 where a cell has no count)."""
+        counts, sums = self.counts[key], self.sums[key]
+        return [t / n if n > 0.0 else 0.0 for n, t in zip(counts, sums, strict=True)]
 
     def update(self, key: int, gamma: int, value: float, weight: float = 1.0) -> None:
-        """Fold ``value`` (with ``weight``) into the incremental mean of the cell."""
+        """Fold ``value`` with ``weight`` into the cell."""
+        self.add(key, gamma, value * weight, weight)
+
+    def add(self, key: int, gamma: int, total: float, weight: float) -> None:
+        """Fold observations of total weight ``weight`` whose weighted values sum to
+        ``total`` (a token-weighted mean of d/n folds d with weight n)."""
         counts = self.counts.get(key)
-        # NOTE: the hot path of every policy's observe: one dict lookup when the row exists.
-        counts, means = self.row(key) if counts is None else (counts, self.means[key])
-        n = counts[gamma] + weight
-        counts[gamma] = n
-        means[gamma] += (value - means[gamma]) * (weight / n)
+        if counts is None:
+            counts = self.counts_row(key)
+        counts[gamma] += weight
+        self.sums[key][gamma] += total
 
     def get(self, key: int, gamma: int) -> Cell | None:
         """(count, mean) of a cell, or ``None`` if never observed."""
         counts = self.counts.get(key)
         if counts is None or counts[gamma] == 0.0:
             return None
-        return counts[gamma], self.means[key][gamma]
+        return counts[gamma], self.sums[key][gamma] / counts[gamma]
 
     def cells(self) -> Iterator[tuple[int, int, float, float]]:
         """Observed cells as (key, gamma, count, mean)."""
         for key in sorted(self.counts):
-            counts, means = self.counts[key], self.means[key]
+            counts, sums = self.counts[key], self.sums[key]
             for gamma in range(self.num_arms):
                 if counts[gamma] > 0.0:
-                    yield key, gamma, counts[gamma], means[gamma]
+                    yield key, gamma, counts[gamma], sums[gamma] / counts[gamma]
 
     def export(self) -> dict[tuple[int, int], Cell]:
         return {(k, g): (n, m) for k, g, n, m in self.cells()}
@@ -80,14 +97,14 @@ class ArmTable:
     def load(self, cells: Mapping[tuple[int, int], Cell]) -> None:
         """Replace contents with ``cells``; gammas beyond ``num_arms`` are refused."""
         self.counts.clear()
-        self.means.clear()
+        self.sums.clear()
         for (key, gamma), (count, mean) in cells.items():
             if not 0 <= gamma < self.num_arms:
                 raise ValueError(f"stats cell gamma={gamma} outside [0, {self.num_arms - 1}]")
             if count < 0:
                 raise ValueError(f"stats cell ({key}, {gamma}) has negative count {count}")
-            counts, means = self.row(key)
-            counts[gamma], means[gamma] = count, mean
+            counts = self.counts_row(key)
+            counts[gamma], self.sums[key][gamma] = count, count * mean
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nightjar_ray.policy import Policy, PolicyStats, StepResult, build_policy, policy_names
+from nightjar_ray.policy.stats import ArmTable
 
 LEARNING = (
     ("nightjar", {}),
@@ -48,6 +49,34 @@ def _drive(policy: Policy, steps: int, seed: int) -> list[int]:
         policy.observe(StepResult(b, g, b + g, 0.01 + 0.002 * g * b, b * g, g))
         gammas.append(g)
     return gammas
+
+
+def test_arm_table_cells_are_weighted_means_of_what_was_folded() -> None:
+    """The table keeps sums (a step folds two additions); what it exports is each cell's
+    weighted mean, and ``add(total, weight)`` is ``update(total / weight, weight)``."""
+    rng = random.Random(3)
+    table = ArmTable(3)
+    folded: dict[tuple[int, int], tuple[float, float]] = {}
+    for _ in range(200):
+        key, gamma = rng.choice((1, 4)), rng.randint(0, 1)
+        value, weight = rng.uniform(0.0, 2.0), float(rng.randint(1, 9))
+        if rng.random() < 0.5:
+            table.update(key, gamma, value, weight)
+        else:
+            table.add(key, gamma, value * weight, weight)
+        n, total = folded.get((key, gamma), (0.0, 0.0))
+        folded[key, gamma] = (n + weight, total + value * weight)
+    exported = table.export()
+    assert set(exported) == set(folded)  # gamma 2 was never folded: no cell
+    for cell, (n, total) in folded.items():
+        assert exported[cell] == pytest.approx((n, total / n), rel=1e-12)
+        assert table.get(*cell) == exported[cell]
+    assert table.mean_row(4)[2] == 0.0 and table.get(4, 2) is None
+    restored = ArmTable(3)
+    restored.load(exported)
+    assert set(restored.export()) == set(exported)
+    for cell, (n, mean) in restored.export().items():
+        assert (n, mean) == pytest.approx(exported[cell], rel=1e-12)
 
 
 @pytest.mark.parametrize("name", policy_names())
