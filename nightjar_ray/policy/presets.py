@@ -148,8 +148,9 @@ class NightjarParams(PolicyConfig):
         True,
         description=(
             "While requests wait, play Eq. 4 at the batch size the queue will produce "
-            "(the gamma that drains outstanding work fastest) every step, and defer "
-            "exploration bins until the queue is empty."
+            "(the gamma that drains outstanding work fastest) every step; exploration "
+            "bins then probe only the exploited arm or the one below, and untried arms "
+            "are tried only in exploration bins."
         ),
     )
     price_draft_memory: bool = Field(
