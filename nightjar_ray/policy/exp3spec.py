@@ -50,13 +50,13 @@ class Exp3SpecPolicy(Policy):
 
     def probabilities(self) -> list[float]:
         """p[t] for the next round t = (observed rounds) + 1."""
-        counts, means = self._loss.row(0)
+        counts = self._loss.counts_row(0)
         num_arms = self._gamma_max + 1
         if num_arms == 1:
             return [1.0]
         t = sum(counts) + 1.0
         eta = math.sqrt(math.log(num_arms) / (t * num_arms))
-        sums = [n * m for n, m in zip(counts, means, strict=True)]
+        sums = self._loss.sums[0]
         low = min(sums)
         weights = [math.exp(-eta * (s - low)) for s in sums]
         total = sum(weights)
