@@ -241,7 +241,9 @@ class StepDriver:
         with chunks to go is not counted: by the time it decodes the batch has moved on."""
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
         policy, gate = self.policy, self.gate
-        estimates, at_zero = policy.latency_estimates(num_reqs), policy.latency_at_zero_s(num_reqs)
+        estimates = policy.latency_estimates(num_reqs)
+        # NOTE: the gate reads l~[B, 0] from ``estimates`` when there are any.
+        at_zero = policy.latency_at_zero_s(num_reqs) if estimates is None else None
         c = self._pinned_price_s_per_token
         if c is None:
             c = self.observation.prefill_price_s_per_token

@@ -64,16 +64,29 @@ class StepResult(NamedTuple):
 def validate_result(result: StepResult, gamma_max: int) -> None:
     """Raise ``ValueError`` if ``result`` cannot be a real step's outcome."""
     num_reqs, gamma, num_tokens, duration_s, drafted, accepted, reaching = result
-    # NOTE: one expression for every observe's common case; the checks below say what is wrong.
+    # NOTE: the common case checked inline (every observe); _raise_invalid says what is wrong.
     if (
         num_reqs >= 1
         and 0 <= gamma <= gamma_max
         and num_tokens >= 1
         and duration_s > 0.0
         and 0 <= accepted <= drafted
-        and (not reaching or _valid_depths(reaching, gamma, num_reqs))
     ):
-        return
+        if not reaching:
+            return
+        if len(reaching) == gamma + 1 and reaching[0] <= num_reqs and reaching[-1] >= 0:
+            above = reaching[0]
+            for n in reaching:
+                if n > above:
+                    break
+                above = n
+            else:
+                return
+    _raise_invalid(result, gamma_max)
+
+
+def _raise_invalid(result: StepResult, gamma_max: int) -> None:
+    num_reqs, gamma, num_tokens, duration_s, drafted, accepted, reaching = result
     if num_reqs < 1:
         raise ValueError(f"StepResult.num_reqs must be >= 1, got {num_reqs}")
     if not 0 <= gamma <= gamma_max:
@@ -91,17 +104,6 @@ def validate_result(result: StepResult, gamma_max: int) -> None:
         f"StepResult.num_reqs_reaching must hold gamma + 1 = {gamma + 1} "
         f"non-increasing counts in [0, num_reqs = {num_reqs}], got {reaching}"
     )
-
-
-def _valid_depths(reaching: tuple[int, ...], gamma: int, num_reqs: int) -> bool:
-    if len(reaching) != gamma + 1 or reaching[0] > num_reqs or reaching[-1] < 0:
-        return False
-    above = reaching[0]
-    for n in reaching:  # NOTE: a plain loop: this runs on every observe
-        if n > above:
-            return False
-        above = n
-    return True
 
 
 def validate_context(num_reqs: int, max_skip_tokens: int) -> None:

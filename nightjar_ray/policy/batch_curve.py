@@ -51,11 +51,21 @@ class BatchCurve:
         self, key: int, gamma: int, latency: ArmTable, reqs: ArmTable
     ) -> tuple[float, float] | None:
         """(B~, T~) of a cell, ``None`` where one of the three tables lacks it."""
-        steps = self.table.get(key, gamma)
-        lat, req = latency.get(key, gamma), reqs.get(key, gamma)
-        if steps is None or lat is None or req is None or steps[1] <= 0.0:
+        # NOTE: the tables' lists read directly (no ArmTable.get): the gate's reads, every step.
+        steps_n, lat_n, req_n = (
+            self.table.counts.get(key),
+            latency.counts.get(key),
+            reqs.counts.get(key),
+        )
+        if steps_n is None or lat_n is None or req_n is None:
             return None
-        return req[1] / steps[1], lat[1] / steps[1]
+        n, n_lat, n_req = steps_n[gamma], lat_n[gamma], req_n[gamma]
+        if n == 0.0 or n_lat == 0.0 or n_req == 0.0:
+            return None
+        steps = self.table.sums[key][gamma] / n
+        if steps <= 0.0:
+            return None
+        return reqs.sums[key][gamma] / n_req / steps, latency.sums[key][gamma] / n_lat / steps
 
     def scale(
         self,

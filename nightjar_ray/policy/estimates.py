@@ -29,6 +29,8 @@ from nightjar_ray.policy.stats import ArmTable, Cell
 
 LATENCY_TABLE = "latency_per_token_s"
 
+_Rows = tuple[list[float], list[float], list[float] | None, list[float] | None]
+
 
 class ArmEstimates:
     """The learned statistics of one nightjar policy (module docstring)."""
@@ -49,31 +51,40 @@ class ArmEstimates:
         self.table = ArmTable(num_arms)
         self.complete_keys: set[int] = set()
         """Keys whose every arm is settled."""
+        self._rows: dict[int, _Rows] = {}
+        """key -> ``_new_rows`` (one lookup per step; emptied by ``load``)."""
 
     def observe(self, result: StepResult) -> None:
         """Fold one validated step into every table."""
         num_reqs, gamma, num_tokens, duration_s, _, _, reaching = result
         key = self._key(num_reqs)
-        table = self.table
-        counts = table.counts.get(key)
-        if counts is None:
-            counts = table.counts_row(key)
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = self._new_rows(key)
+        counts, sums, step_counts, step_sums = rows
         # NOTE: a key completes only when one of its arms settles, so only then is it checked.
         check = key not in self.complete_keys and not self.settled(key, counts[gamma])
         # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e. sum(d)/sum(n);
-        # counts then hold tokens, which merge exactly too. Inlined ArmTable.add: every step.
+        # counts then hold tokens, which merge exactly too. Folded in place: every step.
         if self._token_weighted:
             counts[gamma] += num_tokens
-            table.sums[key][gamma] += duration_s
+            sums[gamma] += duration_s
         else:
             counts[gamma] += 1.0
-            table.sums[key][gamma] += duration_s / num_tokens
+            sums[gamma] += duration_s / num_tokens
         if self._prior is not None:
             self._prior.update(key, gamma, num_reqs, num_tokens, reaching)
-            if self._curve is not None:
-                self._curve.table.add(key, gamma, 1.0, num_tokens)
+            if step_counts is not None and step_sums is not None:
+                step_counts[gamma] += num_tokens
+                step_sums[gamma] += 1.0
         if check and self._all_settled(key):
             self.complete_keys.add(key)
+
+    def _new_rows(self, key: int) -> _Rows:
+        """The lists a step at ``key`` folds into: latency counts and sums, then the batch
+        curve's steps per token counts and sums (``None`` without the curve)."""
+        steps = self._curve.table.rows(key) if self._curve is not None else (None, None)
+        return (*self.table.rows(key), *steps)
 
     def settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
@@ -197,6 +208,7 @@ class ArmEstimates:
     def load(self, tables: Mapping[str, Mapping[tuple[int, int], Cell]]) -> None:
         """Replace every table (a missing one loads empty) and recompute complete keys."""
         self.table.load(tables.get(LATENCY_TABLE, {}))
+        self._rows = {}
         if self._prior is not None:
             self._prior.load(tables.get(REQS_TABLE, {}), tables.get(REACH_TABLE, {}))
         if self._curve is not None:

@@ -61,7 +61,7 @@ class TokensPerRequestPrior:
     """Requests per token per (key, gamma), tokens per request over all keys, and (paired)
     drafted requests per acceptance depth per key and over all keys."""
 
-    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_tokens", "table")
+    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_rows", "_tokens", "table")
 
     def __init__(self, num_arms: int, prior_req_steps: float, paired: bool = True) -> None:
         if prior_req_steps < 0.0:
@@ -69,41 +69,46 @@ class TokensPerRequestPrior:
         self.table = ArmTable(num_arms)
         self._paired = paired
         self._prior = prior_req_steps
-        self._tokens = [0.0] * num_arms
-        self._reqs = [0.0] * num_arms
         self._depths: dict[int, tuple[list[float], list[float]]] = {}
         """key -> (requests that reached depth j, requests at depth j - 1 that tried it)."""
+        self._tokens = [0.0] * num_arms
+        self._reqs = [0.0] * num_arms
+        """Tokens and requests per gamma over every key."""
         self._pooled: tuple[list[float], list[float]] | None = None
+        """The depth rows over every key (``_pooled_depths``), until the next update."""
+        self._rows: dict[int, tuple[list[float], list[float], list[float], list[float]]] = {}
+        """key -> the lists ``update`` folds into: the table's counts and sums, and the
+        depth rows (one lookup per step; emptied by ``load``, which replaces the lists)."""
 
     def update(
         self, key: int, gamma: int, num_reqs: int, num_tokens: int, reaching: tuple[int, ...] = ()
     ) -> None:
         """Fold one step: ``num_reqs`` decoding requests emitted ``num_tokens``; ``reaching``:
         its drafted requests per acceptance depth (``StepResult.num_reqs_reaching``)."""
-        table = self.table
-        counts = table.counts.get(key)
-        if counts is None:
-            counts = table.counts_row(key)
-        counts[gamma] += num_tokens  # NOTE: ArmTable.add inlined: the hot path of every observe
-        table.sums[key][gamma] += num_reqs
+        rows = self._rows.get(key)
+        if rows is None:
+            rows = self._rows[key] = (*self.table.rows(key), *self._depth_rows(key))
+        counts, sums, reached, tried = rows
+        counts[gamma] += num_tokens
+        sums[gamma] += num_reqs
         self._tokens[gamma] += num_tokens
         self._reqs[gamma] += num_reqs
         if reaching and self._paired:
-            self._update_depths(key, reaching)
+            self._pooled = None
+            below = reaching[0]
+            for j in range(1, len(reaching)):  # NOTE: sums only, inline: every observe
+                n = reaching[j]
+                reached[j] += n
+                tried[j] += below
+                below = n
 
-    def _update_depths(self, key: int, reaching: tuple[int, ...]) -> None:
+    def _depth_rows(self, key: int) -> tuple[list[float], list[float]]:
+        """The depth rows of ``key``, created empty on first use."""
         rows = self._depths.get(key)
         if rows is None:
             num_arms = self.table.num_arms
             rows = self._depths[key] = ([0.0] * num_arms, [0.0] * num_arms)
-        reached, tried = rows
-        below = reaching[0]
-        for j in range(1, len(reaching)):  # NOTE: sums only: every observe
-            n = reaching[j]
-            reached[j] += n
-            tried[j] += below
-            below = n
-        self._pooled = None
+        return rows
 
     def _pooled_depths(self) -> tuple[list[float], list[float]]:
         """Every key's depth sums added up (cached until the next update)."""
@@ -132,6 +137,7 @@ class TokensPerRequestPrior:
     ) -> None:
         """Replace both tables and recompute the all-keys sums (``load_stats``)."""
         self.table.load(reqs)
+        self._rows = {}
         num_arms = self.table.num_arms
         self._tokens, self._reqs = [0.0] * num_arms, [0.0] * num_arms
         self._pooled = None
@@ -142,9 +148,9 @@ class TokensPerRequestPrior:
         for (key, j), (tried, rate) in depths.items():
             if not 0 < j < num_arms or tried <= 0.0:
                 continue
-            rows = self._depths.setdefault(key, ([0.0] * num_arms, [0.0] * num_arms))
-            rows[0][j] += tried * rate
-            rows[1][j] += tried
+            reached_row, tried_row = self._depth_rows(key)
+            reached_row[j] += tried * rate
+            tried_row[j] += tried
 
     def _paired_tokens(self, key: int) -> list[float]:
         """``t^[key, gamma]`` from acceptance depths (module docstring) for every gamma up

@@ -129,16 +129,15 @@ class _KeySchedule:
         self.exploring = exploring
         self.sqrt_h = math.sqrt(2 ** (j - 1))
 
-    def advance(self) -> None:
-        """One round played: tau += 1, closing the bin and block when due."""
-        self.tau += 1
-        if self.tau > self.sqrt_h:
-            self.b += 1
-            self.tau = 1
-            if self.b > self.sqrt_h:
-                self.j += 1
-                self.sqrt_h = math.sqrt(2 ** (self.j - 1))
-                self.b = 1
+    def close_bin(self) -> None:
+        """tau passed sqrt(H): the next bin starts, and the next block when due. One round
+        played is ``tau += 1`` and, when ``tau > sqrt_h``, this (inline in ``choose``)."""
+        self.b += 1
+        self.tau = 1
+        if self.b > self.sqrt_h:
+            self.j += 1
+            self.sqrt_h = math.sqrt(2 ** (self.j - 1))
+            self.b = 1
 
 
 class NightjarPolicy(Policy):
@@ -201,7 +200,9 @@ class NightjarPolicy(Policy):
         if ahead is not None:
             gamma = ahead
         self.last_explored = sched.exploring
-        sched.advance()
+        sched.tau += 1
+        if sched.tau > sched.sqrt_h:
+            sched.close_bin()
         self._prev_gamma = gamma
         return gamma
 

@@ -54,6 +54,11 @@ class ArmTable:
             self.sums[key] = [0.0] * self.num_arms
         return counts
 
+    def rows(self, key: int) -> tuple[list[float], list[float]]:
+        """The counts and sums lists of ``key`` themselves (created empty on first use), for
+        a hot path that folds into them in place; ``load`` replaces them."""
+        return self.counts_row(key), self.sums[key]
+
     def row(self, key: int) -> tuple[list[float], list[float]]:
         """Counts and means (a new list) for ``key``, created empty on first use."""
         return self.counts_row(key), self.mean_row(key)

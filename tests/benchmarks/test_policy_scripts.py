@@ -27,6 +27,7 @@ def test_bench_policy_reports_median_and_p99(capsys: pytest.CaptureFixture[str])
     assert bench_policy.main(["--steps", "2000", "--policies", "nightjar", "off"]) == 0
     out = capsys.readouterr().out
     assert "dict lookup" in out and "nightjar" in out and "med/dict" in out
+    assert "nightjar (gate reads)" in out and "nightjar (queued)" in out
 
 
 def test_policy_regret_runs(capsys: pytest.CaptureFixture[str]) -> None:

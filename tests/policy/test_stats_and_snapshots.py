@@ -79,6 +79,45 @@ def test_arm_table_cells_are_weighted_means_of_what_was_folded() -> None:
         assert (n, mean) == pytest.approx(exported[cell], rel=1e-12)
 
 
+def _results_with_depths(seed: int, n: int, gamma_max: int = 4) -> list[StepResult]:
+    """Steps that carry acceptance depths (what ``paired_acceptance`` folds)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        b, g = rng.choice((1, 3, 8, 16)), rng.randint(0, gamma_max)
+        reaching = [b]
+        for _ in range(g):
+            reaching.append(rng.randint(0, reaching[-1]))
+        accepted = sum(reaching[1:])
+        depths = tuple(reaching) if g else ()
+        out.append(
+            StepResult(b, g, b + accepted, rng.uniform(0.005, 0.05), b * g, accepted, depths)
+        )
+    return out
+
+
+@pytest.mark.parametrize(("name", "params"), LEARNING)
+def test_a_replica_that_loads_pooled_stats_folds_later_steps_into_them(
+    name: str, params: dict[str, str]
+) -> None:
+    """Loading replaces every table a step folds into; a replica that had observed steps
+    before the load (and so holds the old tables' rows) folds what it observes after the
+    load into the loaded tables: its export equals the pooled stats merged with them."""
+    before, pooled_steps, after = (_results_with_depths(s, 300) for s in (1, 2, 3))
+    replica = build_policy(name, params, rng=random.Random(0))
+    pooled = build_policy(name, params, rng=random.Random(0))
+    later = build_policy(name, params, rng=random.Random(0))
+    for r in before:
+        replica.observe(r)
+    for r in pooled_steps:
+        pooled.observe(r)
+    replica.load_stats(pooled.export_stats())
+    for r in after:
+        replica.observe(r)
+        later.observe(r)
+    _assert_stats_equal(replica.export_stats(), pooled.export_stats().merge(later.export_stats()))
+
+
 @pytest.mark.parametrize("name", policy_names())
 def test_snapshot_restore_round_trip_continues_identically(name: str) -> None:
     params = {"gamma": 2} if name == "fixed" else {}
