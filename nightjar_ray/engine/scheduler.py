@@ -26,25 +26,19 @@ boundary"). The engine imports nothing from ``serve/``.
 
 from __future__ import annotations
 
-import importlib
 import time
-from typing import IO, Any
+from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from nightjar_ray.driver.draft_gate import (
-    DEFAULT_DRAFT_COST_RATIO,
-    approx_num_params,
-    remaining_after_step,
-)
+from nightjar_ray.driver.draft_gate import remaining_after_step
 from nightjar_ray.driver.observation import depth_counts
 from nightjar_ray.driver.queue import QueueState, joins_batch_ahead
 from nightjar_ray.driver.step import StepBatch
 from nightjar_ray.driver.step_driver import StepDriver
-from nightjar_ray.engine.args import START_HOOK_KEY
 from nightjar_ray.engine.block_pool import ElasticBlockPool
-from nightjar_ray.engine.config import ElasticMemoryConfig, NightjarConfig
+from nightjar_ray.engine.config import NightjarConfig
 from nightjar_ray.engine.eligibility import ForcedUndrafted, drafted_req_ids, undrafted_req_ids
 from nightjar_ray.engine.lag import DraftLagTracker
 from nightjar_ray.engine.messages import (
@@ -53,60 +47,16 @@ from nightjar_ray.engine.messages import (
     attach_step_message,
     read_worker_report,
 )
-from nightjar_ray.memory.controller import ControllerParams, ElasticController
+from nightjar_ray.engine.scheduler_setup import (
+    controller_params,
+    draft_cost_ratio,
+    open_decision_log,
+    run_start_hook,
+)
+from nightjar_ray.memory.controller import ElasticController
 from nightjar_ray.memory.cycles import CompactionCycle, DraftCycle
 from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
-
-
-def _open_log(path: str | None) -> IO[str] | None:
-    return None if path is None else open(path, "a", buffering=1)
-
-
-def _num_params(hf_config: Any) -> int | None:
-    try:
-        return approx_num_params(
-            hf_config.num_hidden_layers,
-            hf_config.hidden_size,
-            hf_config.intermediate_size,
-            hf_config.vocab_size,
-        )
-    except (AttributeError, TypeError):
-        return None
-
-
-def controller_params(config: ElasticMemoryConfig) -> ControllerParams:
-    """The memory controller's settings from the user's ``elastic_memory`` block."""
-    return ControllerParams(
-        tau_low_fraction=config.tau_low_fraction,
-        expand_persist_steps=config.expand_persist_steps,
-        contract_persist_steps=config.contract_persist_steps,
-        offload_outvalued=config.offload_outvalued,
-    )
-
-
-def run_start_hook(additional_config: Any, config: NightjarConfig, driver: StepDriver) -> Any:
-    """Call the hook ``"module:function"`` named under ``START_HOOK_KEY`` (if any) with
-    the engine's config and step driver; returns what it returns (kept alive)."""
-    path = (additional_config or {}).get(START_HOOK_KEY)
-    if not path:
-        return None
-    module, _, name = str(path).partition(":")
-    return getattr(importlib.import_module(module), name)(config, driver)
-
-
-def draft_cost_ratio(vllm_config: Any) -> float:
-    """The draft gate's price of a draft token in target tokens: the models' size ratio
-    (``DEFAULT_DRAFT_COST_RATIO`` when a config lacks the sizes)."""
-    spec = vllm_config.speculative_config
-    draft_model = getattr(spec, "draft_model_config", None)
-    if draft_model is None:
-        return DEFAULT_DRAFT_COST_RATIO
-    target = _num_params(vllm_config.model_config.hf_config)
-    draft = _num_params(draft_model.hf_config)
-    if not target or not draft:
-        return DEFAULT_DRAFT_COST_RATIO
-    return min(1.0, draft / target)
 
 
 class NightjarScheduler(Scheduler):
@@ -175,7 +125,7 @@ class NightjarScheduler(Scheduler):
             clock=time.perf_counter,
             count_scheduled=cfg.testing.batch_size_rule == "scheduled",
             observation_rule=cfg.testing.observation_rule,
-            log_file=_open_log(cfg.decision_log_path),
+            log_file=open_decision_log(cfg.decision_log_path),
             log_interval_steps=cfg.log_interval_steps,
             telemetry=self.telemetry,
             draft_cost_ratio=draft_cost_ratio(vllm_config),

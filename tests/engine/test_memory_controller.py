@@ -5,7 +5,7 @@ from vllm.v1.core.block_pool import BlockPool
 
 from nightjar_ray.engine.block_pool import ElasticBlockPool
 from nightjar_ray.engine.config import ElasticMemoryConfig
-from nightjar_ray.engine.scheduler import controller_params
+from nightjar_ray.engine.scheduler_setup import controller_params
 from nightjar_ray.memory.controller import ElasticController
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 

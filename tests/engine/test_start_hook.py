@@ -12,7 +12,7 @@ import pytest
 from nightjar_ray.driver.step_driver import StepDriver
 from nightjar_ray.engine.args import START_HOOK_KEY, nightjar_engine_args
 from nightjar_ray.engine.config import NightjarConfig
-from nightjar_ray.engine.scheduler import run_start_hook
+from nightjar_ray.engine.scheduler_setup import run_start_hook
 from nightjar_ray.policy import build_policy
 
 SPEC = {"method": "draft_model", "model": "/models/draft"}
