@@ -68,6 +68,16 @@ def add_suite_parser(sub: Any) -> None:
         default=None,
         help="Observation rule (default: the engine's default).",
     )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help=(
+            "Cap every setting's running requests (vLLM's max_num_seqs; default: each "
+            "setting's own, 256) at the same arrival rates: a server whose requests wait "
+            "for a seat before they wait for KV."
+        ),
+    )
     add_length_scale(p)
     add_policy_seed_offset(p)
     add_trace(p)
@@ -162,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
+    if args.max_num_seqs is not None and args.max_num_seqs < 1:
+        raise UsageError(f"--max-num-seqs: expected an integer >= 1, got {args.max_num_seqs}")
     trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
@@ -178,12 +190,15 @@ def run(args: argparse.Namespace) -> int:
         args.with_batch_oracle,
         args.length_scale,
         trace,
+        args.max_num_seqs,
     )
     judged = ("nightjar", "nightjar-paper", "nightjar-warm")
     labels = [c.label for c in contenders if c.label in judged]
     labels += ["batch-oracle"] if args.with_batch_oracle else []
+    seats = "each setting's" if args.max_num_seqs is None else args.max_num_seqs
     print(
-        f"observation rule: {knobs.observed_time}; seeds {seeds}; length scale {args.length_scale}"
+        f"observation rule: {knobs.observed_time}; seeds {seeds}; length scale "
+        f"{args.length_scale}; max_num_seqs {seats}"
     )
     print("\n".join(suite_table(cells, [*labels, "off"])))
     print("\n".join(["", *suite_totals(cells, [*labels, "off"])]))

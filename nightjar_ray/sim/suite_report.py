@@ -12,7 +12,7 @@ hindsight of that cell (``off`` or ``fixed-k``, by throughput):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nightjar_ray.sim.experiments import (
@@ -74,18 +74,22 @@ def run_suite(
     with_batch_oracle: bool = False,
     length_scale: int = 1,
     trace_path: Path | None = None,
+    max_num_seqs: int | None = None,
 ) -> list[SuiteCell]:
     """Every contender on every (setting, workload, seed); the dataset is ShareGPT's
     acceptance profile (lengths come from each workload). A warm-started contender
     (``Contender.warm_start``) first runs the same workload drawn with seed
     ``seed + WARM_START_SEED_OFFSET``; ``with_batch_oracle`` adds each setting's
     ``batch_oracle``; ``length_scale`` lengthens every workload and ``trace_path`` is the
-    trace the ``trace`` workload replays (``suite_workload``)."""
+    trace the ``trace`` workload replays (``suite_workload``). ``max_num_seqs`` caps every
+    setting's running requests (``None``: each setting's own) at the same arrivals."""
     knobs = knobs or RunKnobs()
     warm = any(c.warm_start for c in contenders)
     cells: list[SuiteCell] = []
     for name in settings:
         setting = get_setting(name)
+        if max_num_seqs is not None:
+            setting = replace(setting, max_num_seqs=max_num_seqs)
         line_up = [*contenders, *([batch_oracle(setting, "sharegpt")] if with_batch_oracle else [])]
         cases = [
             (w, n, suite_workload(w, setting, n, length_scale, trace_path))

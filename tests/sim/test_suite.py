@@ -100,6 +100,24 @@ def test_run_suite_runs_the_lengthened_workloads() -> None:
     assert requests[1] > 1.8 * requests[0]
 
 
+def test_max_num_seqs_caps_the_batch_at_the_same_arrivals(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--max-num-seqs``: the same requests, fewer seats, so requests wait for one."""
+    from nightjar_ray.sim.experiments import default_contenders
+    from nightjar_ray.sim.suite_report import run_suite
+
+    statics = [c for c in default_contenders() if c.label == "off"]
+    own, capped = (
+        run_suite(["l20x2-32b"], ["high"], [0], statics, max_num_seqs=n)[0] for n in (None, 8)
+    )
+    summaries = [cell.row.summaries["off"] for cell in (own, capped)]
+    assert summaries[0].num_requests == summaries[1].num_requests
+    assert summaries[1].mean_ttft_s > 2 * summaries[0].mean_ttft_s
+    error = cli_error(["simulate", "suite", "--workloads", "low", "--max-num-seqs", "0"], capsys)
+    assert "--max-num-seqs: expected an integer >= 1, got 0" in error
+
+
 def test_length_scale_out_of_range_is_refused_naming_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
