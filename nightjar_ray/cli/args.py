@@ -85,6 +85,17 @@ def output_file(value: str) -> Path:
     return path
 
 
+def positive_int(value: str) -> int:
+    """A type for an integer >= 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {number}")
+    return number
+
+
 def json_object(value: str) -> dict[str, Any]:
     """A type for a JSON object given inline."""
     try:

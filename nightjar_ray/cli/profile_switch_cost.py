@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.cli.args import UsageError, existing_file, output_file
+from nightjar_ray.cli.args import UsageError, existing_file, output_file, positive_int
 from nightjar_ray.cli.profile_config import DeployModel, read_deploy_model
 from nightjar_ray.engine.switch_cost_profiler import (
     DEVICES,
@@ -123,17 +123,6 @@ def model_source(value: str) -> str:
     if not (path / "config.json").is_file():
         raise argparse.ArgumentTypeError(f"no config.json in {value} (not a model directory)")
     return str(path)
-
-
-def positive_int(value: str) -> int:
-    """A type for an integer >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {number}")
-    return number
 
 
 def int_list(value: str) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.cli.args import UsageError, existing_file, json_object, names
+from nightjar_ray.cli.args import UsageError, existing_file, json_object, names, positive_int
 from nightjar_ray.driver.observation import OBSERVATION_RULES
 from nightjar_ray.sim.experiments import PAPER_PRESET, Contender, RunKnobs, default_contenders
 from nightjar_ray.sim.presets import SETTINGS
@@ -70,7 +70,7 @@ def add_suite_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--max-num-seqs",
-        type=int,
+        type=positive_int,
         default=None,
         help=(
             "Cap every setting's running requests (vLLM's max_num_seqs; default: each "
@@ -172,8 +172,6 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
-    if args.max_num_seqs is not None and args.max_num_seqs < 1:
-        raise UsageError(f"--max-num-seqs: expected an integer >= 1, got {args.max_num_seqs}")
     trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}
     if args.observed_time is not None:
