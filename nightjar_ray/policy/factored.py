@@ -95,38 +95,42 @@ class TokensPerRequestPrior:
         self._reqs[gamma] += num_reqs
         if reaching and self._paired:
             self._pooled = None
-            below = reaching[0]
-            for j in range(1, len(reaching)):  # NOTE: sums only, inline: every observe
-                n = reaching[j]
+            depths = iter(reaching)
+            below = next(depths)
+            j = 1
+            for n in depths:  # NOTE: sums only, inline: every observe
                 reached[j] += n
                 tried[j] += below
                 below = n
+                j += 1
 
     def _depth_rows(self, key: int) -> tuple[list[float], list[float]]:
         """The depth rows of ``key``, created empty on first use."""
         rows = self._depths.get(key)
         if rows is None:
             num_arms = self.table.num_arms
-            rows = self._depths[key] = ([0.0] * num_arms, [0.0] * num_arms)
+            # NOTE: integer zeros: request counts add faster as ints (every observe).
+            rows = self._depths[key] = ([0] * num_arms, [0] * num_arms)
         return rows
 
     def _pooled_depths(self) -> tuple[list[float], list[float]]:
         """Every key's depth sums added up (cached until the next update)."""
         pooled = self._pooled
         if pooled is None:
-            num_arms = self.table.num_arms
-            reached, tried = [0.0] * num_arms, [0.0] * num_arms
-            for key_reached, key_tried in self._depths.values():
-                for j in range(1, num_arms):
-                    reached[j] += key_reached[j]
-                    tried[j] += key_tried[j]
+            if not self._depths:
+                return [0.0] * self.table.num_arms, [0.0] * self.table.num_arms
+            # NOTE: column sums in C, every ranking after an update. Every row is num_arms
+            # long; zip's strict= keyword (a slower call path) would cost a fifth here.
+            key_reached, key_tried = zip(*self._depths.values())  # noqa: B905
+            reached: list[float] = list(map(sum, zip(*key_reached)))  # noqa: B905
+            tried: list[float] = list(map(sum, zip(*key_tried)))  # noqa: B905
             pooled = self._pooled = (reached, tried)
         return pooled
 
     def export_depths(self) -> dict[tuple[int, int], Cell]:
         """The depths as a mergeable table: (key, j) -> (tried, share reached)."""
         return {
-            (key, j): (tried[j], reached[j] / tried[j])
+            (key, j): (float(tried[j]), reached[j] / tried[j])
             for key, (reached, tried) in sorted(self._depths.items())
             for j in range(1, len(tried))
             if tried[j] > 0.0
@@ -160,11 +164,13 @@ class TokensPerRequestPrior:
         k = self._prior
         out = [1.0]
         share = 1.0
+        # NOTE: counts are ints until a load (faster sums); a count is never negative, so
+        # truthiness tests "> 0" without an int/float comparison.
         for j in range(1, self.table.num_arms):
-            if all_tried[j] <= 0.0:
+            if not all_tried[j]:
                 break
             q = all_reached[j] / all_tried[j]
-            if rows is not None and rows[1][j] > 0.0:
+            if rows is not None and rows[1][j]:
                 q = (rows[0][j] + k * q) / (rows[1][j] + k)
             share *= q
             out.append(out[-1] + share)
