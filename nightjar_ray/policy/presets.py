@@ -96,10 +96,12 @@ class NightjarParams(PolicyConfig):
     )
     explore_bin_steps: int | None = Field(
         2,
-        ge=1,
+        ge=2,
         description=(
             "Steps an exploration bin plays its probe before exploiting for the rest of "
-            "the bin; None probes for the whole bin (sqrt(H) steps)."
+            "the bin; None probes for the whole bin (sqrt(H) steps). At least 2: a step "
+            "verifies the drafts the step before proposed, so a one-step probe is always "
+            "a transition, never a sample, and no arm would learn."
         ),
     )
     share_across_keys: bool = Field(

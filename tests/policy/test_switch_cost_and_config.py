@@ -83,6 +83,8 @@ def test_operators_pick_a_preset_and_set_none_of_its_research_parameters(name: s
         ("nightjar", {"gamma_max": -1}, "gamma_max"),
         ("nightjar", {"bucketing": "log"}, "bucketing"),
         ("nightjar", {"switch_cost_ms": -3}, "switch_cost_ms"),
+        # NOTE: a one-step probe is always a transition step, never a sample: no arm learns.
+        ("nightjar", {"explore_bin_steps": 1}, "explore_bin_steps"),
         ("nightjar", {"typo_field": 1}, "typo_field"),
         ("fixed", {"gamma": 6, "gamma_max": 4}, "gamma"),
         ("vllm-static", {"num_speculative_tokens_per_batch_size": [[2, 4, 1]]}, "start at 1"),
