@@ -23,13 +23,20 @@ from collections.abc import Mapping
 from nightjar_ray.policy.base import StepResult
 from nightjar_ray.policy.batch_curve import STEPS_TABLE, BatchCurve
 from nightjar_ray.policy.bucketing import BucketFn
-from nightjar_ray.policy.factored import REACH_TABLE, REQS_TABLE, TokensPerRequestPrior
+from nightjar_ray.policy.factored import (
+    REACH_TABLE,
+    REQS_TABLE,
+    PriorRows,
+    TokensPerRequestPrior,
+)
 from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, Cell
 
 LATENCY_TABLE = "latency_per_token_s"
 
-_Rows = tuple[list[float], list[float], list[float] | None, list[float] | None]
+_Rows = tuple[
+    int, list[float], list[float], list[float] | None, list[float] | None, PriorRows | None
+]
 
 
 class ArmEstimates:
@@ -52,16 +59,16 @@ class ArmEstimates:
         self.complete_keys: set[int] = set()
         """Keys whose every arm is settled."""
         self._rows: dict[int, _Rows] = {}
-        """key -> ``_new_rows`` (one lookup per step; emptied by ``load``)."""
+        """batch size -> ``_new_rows`` of its key (one lookup per step, no key call;
+        emptied by ``load``)."""
 
     def observe(self, result: StepResult) -> None:
         """Fold one validated step into every table."""
         num_reqs, gamma, num_tokens, duration_s, _, _, reaching = result
-        key = self._key(num_reqs)
-        rows = self._rows.get(key)
+        rows = self._rows.get(num_reqs)
         if rows is None:
-            rows = self._rows[key] = self._new_rows(key)
-        counts, sums, step_counts, step_sums = rows
+            rows = self._rows[num_reqs] = self._new_rows(self._key(num_reqs))
+        key, counts, sums, step_counts, step_sums, prior_rows = rows
         # NOTE: a key completes only when one of its arms settles, so only then is it checked.
         check = key not in self.complete_keys and not self.settled(key, counts[gamma])
         # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e. sum(d)/sum(n);
@@ -72,8 +79,9 @@ class ArmEstimates:
         else:
             counts[gamma] += 1.0
             sums[gamma] += duration_s / num_tokens
-        if self._prior is not None:
-            self._prior.update(key, gamma, num_reqs, num_tokens, reaching)
+        prior = self._prior
+        if prior is not None and prior_rows is not None:
+            prior.fold(prior_rows, gamma, num_reqs, num_tokens, reaching)
             if step_counts is not None and step_sums is not None:
                 step_counts[gamma] += num_tokens
                 step_sums[gamma] += 1.0
@@ -81,10 +89,12 @@ class ArmEstimates:
             self.complete_keys.add(key)
 
     def _new_rows(self, key: int) -> _Rows:
-        """The lists a step at ``key`` folds into: latency counts and sums, then the batch
-        curve's steps per token counts and sums (``None`` without the curve)."""
+        """``key`` and the lists a step there folds into: latency counts and sums, the
+        batch curve's steps per token counts and sums, the prior's rows (``None`` without
+        the curve, the prior)."""
         steps = self._curve.table.rows(key) if self._curve is not None else (None, None)
-        return (*self.table.rows(key), *steps)
+        prior = self._prior.rows(key) if self._prior is not None else None
+        return (key, *self.table.rows(key), *steps, prior)
 
     def settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``

@@ -56,12 +56,15 @@ from nightjar_ray.policy.stats import ArmTable, Cell
 REQS_TABLE = "reqs_per_token"
 REACH_TABLE = "reach_rate"
 
+PriorRows = tuple[list[float], list[float], list[float], list[float]]
+"""One key's requests-per-token counts and sums, then its depth rows (reached, tried)."""
+
 
 class TokensPerRequestPrior:
     """Requests per token per (key, gamma), tokens per request over all keys, and (paired)
     drafted requests per acceptance depth per key and over all keys."""
 
-    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_rows", "_tokens", "table")
+    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_tokens", "table")
 
     def __init__(self, num_arms: int, prior_req_steps: float, paired: bool = True) -> None:
         if prior_req_steps < 0.0:
@@ -76,18 +79,23 @@ class TokensPerRequestPrior:
         """Tokens and requests per gamma over every key."""
         self._pooled: tuple[list[float], list[float]] | None = None
         """The depth rows over every key (``_pooled_depths``), until the next update."""
-        self._rows: dict[int, tuple[list[float], list[float], list[float], list[float]]] = {}
-        """key -> the lists ``update`` folds into: the table's counts and sums, and the
-        depth rows (one lookup per step; emptied by ``load``, which replaces the lists)."""
 
-    def update(
-        self, key: int, gamma: int, num_reqs: int, num_tokens: int, reaching: tuple[int, ...] = ()
+    def rows(self, key: int) -> PriorRows:
+        """The lists a step at ``key`` folds into (``fold``), created empty on first use;
+        ``load`` replaces them."""
+        return (*self.table.rows(key), *self._depth_rows(key))
+
+    def fold(
+        self,
+        rows: PriorRows,
+        gamma: int,
+        num_reqs: int,
+        num_tokens: int,
+        reaching: tuple[int, ...] = (),
     ) -> None:
-        """Fold one step: ``num_reqs`` decoding requests emitted ``num_tokens``; ``reaching``:
-        its drafted requests per acceptance depth (``StepResult.num_reqs_reaching``)."""
-        rows = self._rows.get(key)
-        if rows is None:
-            rows = self._rows[key] = (*self.table.rows(key), *self._depth_rows(key))
+        """Fold one step into ``rows`` (its key's ``rows``): ``num_reqs`` decoding requests
+        emitted ``num_tokens``; ``reaching``: its drafted requests per acceptance depth
+        (``StepResult.num_reqs_reaching``)."""
         counts, sums, reached, tried = rows
         counts[gamma] += num_tokens
         sums[gamma] += num_reqs
@@ -141,7 +149,6 @@ class TokensPerRequestPrior:
     ) -> None:
         """Replace both tables and recompute the all-keys sums (``load_stats``)."""
         self.table.load(reqs)
-        self._rows = {}
         num_arms = self.table.num_arms
         self._tokens, self._reqs = [0.0] * num_arms, [0.0] * num_arms
         self._pooled = None

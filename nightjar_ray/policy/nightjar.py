@@ -120,13 +120,15 @@ False when ``explore_bin_steps`` ends a probe and the bin turns to exploitation.
 class _KeySchedule:
     """Block/bin counters of one batch-size key (Algorithm 1 lines 3, 19-25)."""
 
-    __slots__ = ("arm", "b", "exploring", "j", "sqrt_h", "tau")
+    __slots__ = ("ahead", "arm", "b", "exploring", "j", "sqrt_h", "tau")
 
     def __init__(
         self, j: int = 1, b: int = 1, tau: int = 1, arm: int = 0, exploring: bool = False
     ) -> None:
         self.j, self.b, self.tau, self.arm = j, b, tau, arm
         self.exploring = exploring
+        self.ahead: tuple[int, int | None] | None = None
+        """(key ahead, its Eq. 4 arm) locked for the bin under way (``_lock_ahead``)."""
         self.sqrt_h = math.sqrt(2 ** (j - 1))
 
     def close_bin(self) -> None:
@@ -164,8 +166,8 @@ class NightjarPolicy(Policy):
         self._gate = config.draft_gate
         self._queue_aware = config.queue_aware
         self._schedules: dict[int, _KeySchedule] = {}
-        self._ahead: dict[int, tuple[int, int | None]] = {}
-        """key -> (key ahead, its Eq. 4 arm) for the bin under way (``_ahead_arm``)."""
+        self._by_reqs: dict[int, tuple[int, _KeySchedule]] = {}
+        """batch size -> (its key, the key's schedule): one lookup per ``choose``."""
         self._prev_gamma = 0
         self.bin_listener: BinListener | None = None
         self.num_explore_bins = 0
@@ -177,15 +179,12 @@ class NightjarPolicy(Policy):
         return self._gamma_max
 
     def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
-        if num_reqs < 1 or max_skip_tokens < 0:
-            raise ValueError(
-                f"need num_reqs >= 1 and max_skip_tokens >= 0, got {num_reqs}, {max_skip_tokens}"
-            )
-        key = self._key(num_reqs)
-        sched = self._schedules.get(key)
-        if sched is None:
-            sched = self._schedules[key] = _KeySchedule()
-        queued = self._queue_aware and num_reqs_ahead is not None and num_reqs_ahead > num_reqs
+        entry = self._by_reqs.get(num_reqs)
+        if entry is None or max_skip_tokens < 0:
+            entry = self._schedule_of(num_reqs, max_skip_tokens)
+        key, sched = entry
+        reqs_ahead = num_reqs_ahead or 0
+        queued = reqs_ahead > num_reqs and self._queue_aware
         bin_start = sched.tau == 1
         if bin_start:
             sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens, queued)
@@ -194,8 +193,11 @@ class NightjarPolicy(Policy):
         gamma = sched.arm
         ahead = None
         if queued and not sched.exploring:
-            assert num_reqs_ahead is not None
-            ahead = self._ahead_arm(key, num_reqs, num_reqs_ahead, max_skip_tokens, bin_start)
+            # NOTE: the bin's lock of :meth:`_lock_ahead` checked inline (every queued step).
+            locked = sched.ahead
+            if bin_start or locked is None or locked[0] != self._key(reqs_ahead):
+                locked = self._lock_ahead(key, sched, num_reqs, reqs_ahead, max_skip_tokens)
+            ahead = locked[1]
         self.last_queued = ahead is not None
         if ahead is not None:
             gamma = ahead
@@ -205,6 +207,20 @@ class NightjarPolicy(Policy):
             sched.close_bin()
         self._prev_gamma = gamma
         return gamma
+
+    def _schedule_of(self, num_reqs: int, max_skip_tokens: int) -> tuple[int, _KeySchedule]:
+        """The key of ``num_reqs`` and its schedule (created on first use), remembered per
+        batch size; refuses arguments no step can have."""
+        if num_reqs < 1 or max_skip_tokens < 0:
+            raise ValueError(
+                f"need num_reqs >= 1 and max_skip_tokens >= 0, got {num_reqs}, {max_skip_tokens}"
+            )
+        key = self._key(num_reqs)
+        sched = self._schedules.get(key)
+        if sched is None:
+            sched = self._schedules[key] = _KeySchedule()
+        entry = self._by_reqs[num_reqs] = (key, sched)
+        return entry
 
     def _start_bin(
         self, key: int, sched: _KeySchedule, num_reqs: int, skip: int, queued: bool
@@ -237,17 +253,16 @@ class NightjarPolicy(Policy):
         sched.exploring = True
         return gamma
 
-    def _ahead_arm(
-        self, key: int, num_reqs: int, num_reqs_ahead: int, skip: int, bin_start: bool
-    ) -> int | None:
+    def _lock_ahead(
+        self, key: int, sched: _KeySchedule, num_reqs: int, num_reqs_ahead: int, skip: int
+    ) -> tuple[int, int | None]:
         """:meth:`_exploit_ahead`, locked for the rest of the bin of ``key`` as the bin's
-        own arm is (recomputed at a bin start or when the key ahead changes)."""
-        key_ahead = self._key(num_reqs_ahead)
-        cached = self._ahead.get(key)
-        if bin_start or cached is None or cached[0] != key_ahead:
-            cached = (key_ahead, self._exploit_ahead(key, num_reqs, num_reqs_ahead, skip))
-            self._ahead[key] = cached
-        return cached[1]
+        own arm is (``choose`` recomputes it at a bin start or when the key ahead changes)."""
+        locked = sched.ahead = (
+            self._key(num_reqs_ahead),
+            self._exploit_ahead(key, num_reqs, num_reqs_ahead, skip),
+        )
+        return locked
 
     def _exploit_ahead(
         self, key: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
@@ -373,6 +388,7 @@ class NightjarPolicy(Policy):
         self._prev_gamma = int(state.get("prev_gamma", 0))
         # NOTE: a schedule of 5 fields (a snapshot without ``exploring``) loads as not
         # exploring.
+        self._by_reqs = {}
         self._schedules = {
             int(k): _KeySchedule(int(j), int(b), int(tau), int(arm), bool(rest and rest[0]))
             for k, j, b, tau, arm, *rest in state.get("schedules", [])

@@ -133,6 +133,22 @@ def test_snapshot_restore_round_trip_continues_identically(name: str) -> None:
     assert _drive(original, 300, seed=2) == _drive(clone, 300, seed=2)
 
 
+@pytest.mark.parametrize("name", policy_names())
+def test_a_snapshot_restored_over_played_state_replaces_it(name: str) -> None:
+    """A policy that has played its own steps, then restores another's snapshot, decides
+    as that one does: nothing it remembered of its own steps (per batch size lookups
+    included) outlives the restore."""
+    params = {"gamma": 2} if name == "fixed" else {}
+    rng_original, rng_played = random.Random(5), random.Random(77)
+    original = build_policy(name, params, rng=rng_original)
+    _drive(original, 500, seed=1)
+    played = build_policy(name, params, rng=rng_played)
+    _drive(played, 700, seed=3)
+    played.restore(json.loads(json.dumps(original.snapshot())))
+    rng_played.setstate(rng_original.getstate())
+    assert _drive(original, 300, seed=2) == _drive(played, 300, seed=2)
+
+
 @pytest.mark.parametrize(("name", "params"), LEARNING)
 def test_merge_of_two_replicas_equals_learning_from_the_union(
     name: str, params: dict[str, str]
