@@ -81,8 +81,8 @@ class TokensPerRequestPrior:
         """The depth rows over every key (``_pooled_depths``), until the next update."""
 
     def rows(self, key: int) -> PriorRows:
-        """The lists a step at ``key`` folds into (``fold``), created empty on first use;
-        ``load`` replaces them."""
+        """The lists a step at ``key`` folds into (``fold``), created empty on first use.
+        ``load`` replaces them: a caller that keeps them drops them at a load."""
         return (*self.table.rows(key), *self._depth_rows(key))
 
     def fold(
