@@ -15,7 +15,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from nightjar_ray.cli.args import UsageError, existing_file, json_object, names, output_file
+from nightjar_ray.cli.args import (
+    UsageError,
+    existing_file,
+    json_object,
+    names,
+    output_file,
+    positive_int,
+)
 from nightjar_ray.cli.simulate_suite import (
     add_length_scale,
     add_policy_seed_offset,
@@ -102,7 +109,7 @@ def register(subparsers: Any) -> None:
     )
     cmp_p.add_argument(
         "--jobs",
-        type=int,
+        type=positive_int,
         default=1,
         help="Processes to run the simulations in (results are the same for any value).",
     )
@@ -325,8 +332,6 @@ def compare(args: argparse.Namespace) -> int:
     labels = [c.label for c in contenders]
     knobs = _knobs_from_args(args)
     seeds = _seeds(args)
-    if args.jobs < 1:
-        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     cases = [(load, n, wl) for n in seeds for load, wl in _compare_workloads(args, setting, n)]
     rows = compare_loads(setting, contenders, cases, args.dataset, knobs, args.jobs)
     rows_by_seed: dict[int, list[LoadRow]] = {n: [] for n in seeds}

@@ -81,7 +81,9 @@ def add_suite_parser(sub: Any) -> None:
     add_length_scale(p)
     add_policy_seed_offset(p)
     add_trace(p)
-    p.add_argument("--jobs", type=int, default=1, help="Processes (results do not depend on it).")
+    p.add_argument(
+        "--jobs", type=positive_int, default=1, help="Processes (results do not depend on it)."
+    )
     p.set_defaults(func=run)
 
 
@@ -169,8 +171,6 @@ def suite_contenders(
 def run(args: argparse.Namespace) -> int:
     settings, workloads = args.settings, args.workloads
     seeds = parse_seeds(args.seeds)
-    if args.jobs < 1:
-        raise UsageError(f"--jobs: expected an integer >= 1, got {args.jobs}")
     check_length_scale(args.length_scale)
     trace = trace_or_exit("simulate suite", args.trace) if "trace" in workloads else None
     knob_args: dict[str, Any] = {"policy_seed_offset": args.policy_seed_offset}

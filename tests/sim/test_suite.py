@@ -116,6 +116,8 @@ def test_max_num_seqs_caps_the_batch_at_the_same_arrivals(
     assert summaries[1].mean_ttft_s > 2 * summaries[0].mean_ttft_s
     error = cli_error(["simulate", "suite", "--workloads", "low", "--max-num-seqs", "0"], capsys)
     assert "--max-num-seqs: expected an integer >= 1, got 0" in error
+    error = cli_error(["simulate", "suite", "--workloads", "low", "--jobs", "0"], capsys)
+    assert "--jobs: expected an integer >= 1, got 0" in error
 
 
 def test_length_scale_out_of_range_is_refused_naming_it(
