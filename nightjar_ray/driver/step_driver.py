@@ -241,9 +241,12 @@ class StepDriver:
         with chunks to go is not counted: by the time it decodes the batch has moved on."""
         num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
         policy, gate = self.policy, self.gate
-        estimates = policy.latency_estimates(num_reqs)
+        # NOTE: a step that owes the draft nothing is not priced (the gate then stops only
+        # requests with nothing left to emit), so the policy's rows are not read.
+        owes = any(batch.owed_tokens)
+        estimates = policy.latency_estimates(num_reqs) if owes else None
         # NOTE: the gate reads l~[B, 0] from ``estimates`` when there are any.
-        at_zero = policy.latency_at_zero_s(num_reqs) if estimates is None else None
+        at_zero = policy.latency_at_zero_s(num_reqs) if owes and estimates is None else None
         c = self._pinned_price_s_per_token
         if c is None:
             c = self.observation.prefill_price_s_per_token

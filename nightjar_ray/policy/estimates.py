@@ -58,6 +58,8 @@ class ArmEstimates:
         self.table = ArmTable(num_arms)
         self.complete_keys: set[int] = set()
         """Keys whose every arm is settled."""
+        self._keys: list[int] = []
+        """``_sorted_keys``."""
         self._rows: dict[int, _Rows] = {}
         """batch size -> ``_new_rows`` of its key (one lookup per step, no key call;
         emptied by ``load``)."""
@@ -191,9 +193,16 @@ class ArmEstimates:
         curve, prior = self._curve, self._prior
         if curve is None or prior is None:
             return means
-        keys = sorted(self.table.counts)
-        lat, reqs = self.table, prior.table
-        return [m * curve.scale(key, g, num_reqs, keys, lat, reqs) for g, m in enumerate(means)]
+        scales = curve.scales(key, num_reqs, self._sorted_keys(), self.table, prior.table)
+        return [m * scale for m, scale in zip(means, scales)]  # noqa: B905 (num_arms each)
+
+    def _sorted_keys(self) -> list[int]:
+        """Every key of the latency table, ascending (kept until a key is added: keys are
+        only ever added, except by ``load``, which empties this)."""
+        keys = self._keys
+        if len(keys) != len(self.table.counts):
+            keys = self._keys = sorted(self.table.counts)
+        return keys
 
     def means(self, key: int) -> list[float]:
         """l~[key, gamma] per gamma: the table's means, or ``factored``'s from them."""
@@ -218,7 +227,7 @@ class ArmEstimates:
     def load(self, tables: Mapping[str, Mapping[tuple[int, int], Cell]]) -> None:
         """Replace every table (a missing one loads empty) and recompute complete keys."""
         self.table.load(tables.get(LATENCY_TABLE, {}))
-        self._rows = {}
+        self._rows, self._keys = {}, []
         if self._prior is not None:
             self._prior.load(tables.get(REQS_TABLE, {}), tables.get(REACH_TABLE, {}))
         if self._curve is not None:

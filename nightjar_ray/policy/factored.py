@@ -56,6 +56,10 @@ from nightjar_ray.policy.stats import ArmTable, Cell
 REQS_TABLE = "reqs_per_token"
 REACH_TABLE = "reach_rate"
 
+MAX_UNPOOLED = 8
+"""Steps' depths kept to bring the pooled rows up to date, past which they are recomputed
+from every key's instead (about the cost of adding this many steps' depths)."""
+
 PriorRows = tuple[list[float], list[float], list[float], list[float]]
 """One key's requests-per-token counts and sums, then its depth rows (reached, tried)."""
 
@@ -64,7 +68,16 @@ class TokensPerRequestPrior:
     """Requests per token per (key, gamma), tokens per request over all keys, and (paired)
     drafted requests per acceptance depth per key and over all keys."""
 
-    __slots__ = ("_depths", "_paired", "_pooled", "_prior", "_reqs", "_tokens", "table")
+    __slots__ = (
+        "_depths",
+        "_paired",
+        "_pooled",
+        "_prior",
+        "_reqs",
+        "_tokens",
+        "_unpooled",
+        "table",
+    )
 
     def __init__(self, num_arms: int, prior_req_steps: float, paired: bool = True) -> None:
         if prior_req_steps < 0.0:
@@ -78,7 +91,10 @@ class TokensPerRequestPrior:
         self._reqs = [0.0] * num_arms
         """Tokens and requests per gamma over every key."""
         self._pooled: tuple[list[float], list[float]] | None = None
-        """The depth rows over every key (``_pooled_depths``), until the next update."""
+        """The depth rows over every key (``_pooled_depths``; ``None``: recompute)."""
+        self._unpooled: list[tuple[int, ...]] = []
+        """Depths folded since ``_pooled`` was last brought up to date: at most
+        ``MAX_UNPOOLED`` (past that ``_pooled`` is dropped), and none while it is ``None``."""
 
     def rows(self, key: int) -> PriorRows:
         """The lists a step at ``key`` folds into (``fold``), created empty on first use.
@@ -102,7 +118,14 @@ class TokensPerRequestPrior:
         self._tokens[gamma] += num_tokens
         self._reqs[gamma] += num_reqs
         if reaching and self._paired:
-            self._pooled = None
+            if self._pooled is not None:
+                # NOTE: kept for the pooled rows' next read, which adds them (the gate's
+                # reads follow each step); past MAX_UNPOOLED that read recomputes them.
+                unpooled = self._unpooled
+                unpooled.append(reaching)
+                if len(unpooled) > MAX_UNPOOLED:
+                    self._pooled = None
+                    unpooled.clear()
             depths = iter(reaching)
             below = next(depths)
             j = 1
@@ -122,17 +145,23 @@ class TokensPerRequestPrior:
         return rows
 
     def _pooled_depths(self) -> tuple[list[float], list[float]]:
-        """Every key's depth sums added up (cached until the next update)."""
+        """Every key's depth sums added up: kept, and brought up to date with the steps
+        folded since (``_unpooled``), or recomputed from every key's rows."""
         pooled = self._pooled
-        if pooled is None:
-            if not self._depths:
-                return [0.0] * self.table.num_arms, [0.0] * self.table.num_arms
-            # NOTE: column sums in C, every ranking after an update. Every row is num_arms
-            # long; zip's strict= keyword (a slower call path) would cost a fifth here.
-            key_reached, key_tried = zip(*self._depths.values())  # noqa: B905
-            reached: list[float] = list(map(sum, zip(*key_reached)))  # noqa: B905
-            tried: list[float] = list(map(sum, zip(*key_tried)))  # noqa: B905
-            pooled = self._pooled = (reached, tried)
+        if pooled is not None:
+            if self._unpooled:
+                _add_depths(pooled, self._unpooled)
+                self._unpooled.clear()
+            return pooled
+        self._unpooled.clear()
+        if not self._depths:
+            return [0.0] * self.table.num_arms, [0.0] * self.table.num_arms
+        # NOTE: column sums in C. Every row is num_arms long; zip's strict= keyword (a
+        # slower call path) would cost a fifth here.
+        key_reached, key_tried = zip(*self._depths.values())  # noqa: B905
+        reached: list[float] = list(map(sum, zip(*key_reached)))  # noqa: B905
+        tried: list[float] = list(map(sum, zip(*key_tried)))  # noqa: B905
+        pooled = self._pooled = (reached, tried)
         return pooled
 
     def export_depths(self) -> dict[tuple[int, int], Cell]:
@@ -152,6 +181,7 @@ class TokensPerRequestPrior:
         num_arms = self.table.num_arms
         self._tokens, self._reqs = [0.0] * num_arms, [0.0] * num_arms
         self._pooled = None
+        self._unpooled.clear()
         for _key, gamma, tokens, reqs_per_token in self.table.cells():
             self._tokens[gamma] += tokens
             self._reqs[gamma] += tokens * reqs_per_token
@@ -189,17 +219,30 @@ class TokensPerRequestPrior:
         counts = self.table.counts.get(key)
         if counts is None:
             return token_weighted
-        reqs_row = self.table.sums[key]
-        out = list(token_weighted)
-        k = self._prior
         paired = self._paired_tokens(key) if self._paired else [1.0]
-        for gamma, (tokens, reqs) in enumerate(zip(counts, reqs_row, strict=True)):
-            if reqs <= 0.0 or self._reqs[gamma] <= 0.0:
+        num_paired, all_tokens, k = len(paired), self._tokens, self._prior
+        out = list(token_weighted)
+        # NOTE: every row is num_arms long (strict= is a slower call): the gate's reads.
+        rows = zip(counts, self.table.sums[key], self._reqs)  # noqa: B905
+        for gamma, (tokens, reqs, all_reqs) in enumerate(rows):
+            if reqs <= 0.0 or all_reqs <= 0.0:
                 continue
-            if 0 < gamma < len(paired):
+            if 0 < gamma < num_paired:
                 shrunk = paired[gamma]
             else:
-                all_keys = self._tokens[gamma] / self._reqs[gamma]
-                shrunk = (tokens + k * all_keys) / (reqs + k)
+                shrunk = (tokens + k * (all_tokens[gamma] / all_reqs)) / (reqs + k)
             out[gamma] = token_weighted[gamma] * tokens / (reqs * shrunk)
         return out
+
+
+def _add_depths(pooled: tuple[list[float], list[float]], steps: list[tuple[int, ...]]) -> None:
+    """Add ``steps``' acceptance depths (``StepResult.num_reqs_reaching`` each) to the
+    pooled rows (reached, tried), as ``TokensPerRequestPrior.fold`` adds one to a key's."""
+    reached, tried = pooled
+    for reaching in steps:
+        below = reaching[0]
+        for j in range(1, len(reaching)):
+            n = reaching[j]
+            reached[j] += n
+            tried[j] += below
+            below = n

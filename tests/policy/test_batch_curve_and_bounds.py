@@ -195,3 +195,65 @@ def test_speculation_gain_reads_bounded_rows_not_only_complete_keys() -> None:
     assert row is not None and row[3:] == [row[2]] * 2
     gain = policy.speculation_gain(200)  # key 256 has seen nothing: the largest key below
     assert gain == pytest.approx(row[0] / row[1], rel=1e-9) and gain > 1.2
+
+
+def _drafted_step(rng: random.Random, num_reqs: int, gamma: int) -> StepResult:
+    """A step at ``gamma`` whose drafted requests each accept with probability 0.7."""
+    reaching = [num_reqs] if gamma else []
+    for _ in range(gamma):
+        reaching.append(sum(rng.random() < 0.7 for _ in range(reaching[-1])))
+    accepted = sum(reaching[1:])
+    duration_s = _step_s(num_reqs, gamma) * (1.0 + 0.1 * rng.random())
+    return StepResult(
+        num_reqs,
+        gamma,
+        num_reqs + accepted,
+        duration_s,
+        num_reqs * gamma,
+        accepted,
+        tuple(reaching),
+    )
+
+
+def _rows(policy: NightjarPolicy) -> list[list[float] | None]:
+    return [policy.latency_estimates(b) for b in range(1, 201)]
+
+
+def test_reading_the_rows_between_steps_changes_no_row_and_no_decision() -> None:
+    """The draft gate reads the ranked row between steps, which keeps what it computed
+    (the pooled acceptance depths, each key's curve points) for the next read. A policy
+    read after every step and one read only now and then must play the same arms and
+    rank the same rows, exactly, also after a snapshot restored over played state."""
+    read_often, read_rarely = _policy(), _policy()
+    rng = random.Random(3)
+    for i in range(3000):
+        b = rng.randint(1, 200)
+        gamma = read_often.choose(b, 0)
+        assert read_rarely.choose(b, 0) == gamma
+        step = _drafted_step(rng, b, gamma)
+        read_often.observe(step)
+        read_rarely.observe(step)
+        read_often.latency_estimates(rng.randint(1, 200))
+        if i % 500 == 499:
+            assert _rows(read_often) == _rows(read_rarely)
+        if i == 1500:
+            stats = read_often.export_stats()
+            read_often.load_stats(stats)
+            read_rarely.load_stats(stats)
+    assert _rows(read_often) == _rows(read_rarely)
+
+
+def test_a_restored_snapshot_with_the_same_counts_is_read_afresh() -> None:
+    """Curve points are kept per key while its counts do not change; a snapshot restored
+    over them with the same counts but other means must not be read from what was kept."""
+    policy = _policy(gamma_max=2)
+    _learn_keys(policy, range(3))
+    before = _rows(policy)
+    stats = policy.export_stats()
+    slower = {cell: (n, 1.5 * m) for cell, (n, m) in stats.tables[STEPS_TABLE].items()}
+    changed = PolicyStats(stats.policy, {**stats.tables, STEPS_TABLE: slower}, stats.maxima)
+    policy.load_stats(changed)
+    fresh = _policy(gamma_max=2)
+    fresh.load_stats(changed)
+    assert _rows(policy) == _rows(fresh)
+    assert _rows(policy) != before

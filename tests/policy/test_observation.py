@@ -257,6 +257,26 @@ def test_the_driver_reports_the_owed_tokens_of_drafted_requests_only() -> None:
     assert driver._pending[-1].num_drafted_owed_tokens == 4
 
 
+def test_the_driver_reads_the_policys_rows_only_for_a_step_that_owes_the_draft() -> None:
+    """The gate prices owed draft work; a speculating step that owes none (every request
+    in sync, no prompt chunk) is not priced, so the policy's rows are not read, and the
+    gate still skips a request with nothing left to emit."""
+    policy = build_policy("nightjar", {}, rng=random.Random(0))
+    reads: list[int] = []
+    real = policy.latency_estimates
+    policy.latency_estimates = lambda b: (reads.append(b), real(b))[1]  # type: ignore[method-assign]
+    driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+    for _ in range(6):
+        for g in range(5):
+            policy.observe(StepResult(3, g, 3 * (1 + g), BASE_S))
+    in_sync = StepBatch(3, 3, 3, 0, 0, owed_tokens=(0, 0, 0), remaining_tokens=(0, 200, 300))
+    assert driver.commit(in_sync, replace_gamma(driver.choose(3, 0), 2), 0.0) == 2
+    assert (reads, driver.last_undrafted) == ([], frozenset({0}))
+    owing = dataclasses.replace(in_sync, owed_tokens=(0, 4, 0))
+    assert driver.commit(owing, replace_gamma(driver.choose(3, 0), 2), 0.0) == 2
+    assert reads == [3]
+
+
 def test_the_driver_prices_a_cold_burst_from_its_first_long_prompt() -> None:
     """The step after a cold engine's first long prompt (a burst behind it): the gate has
     that prompt's price, so the draft does not run over 5,000 owed prompt tokens for the
