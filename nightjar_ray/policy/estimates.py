@@ -18,6 +18,7 @@ rule is argued: ``policy/nightjar.py``'s module docstring and docs/policies.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from nightjar_ray.policy.base import StepResult
@@ -33,9 +34,17 @@ from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import ArmTable, Cell
 
 LATENCY_TABLE = "latency_per_token_s"
+_ANY_SAMPLE = math.ulp(0.0)
+"""The smallest positive float: a count at least this is a sample."""
 
 _Rows = tuple[
-    int, list[float], list[float], list[float] | None, list[float] | None, PriorRows | None
+    int,
+    list[float],
+    list[float],
+    list[float] | None,
+    list[float] | None,
+    PriorRows | None,
+    float,
 ]
 
 
@@ -70,9 +79,10 @@ class ArmEstimates:
         rows = self._rows.get(num_reqs)
         if rows is None:
             rows = self._rows[num_reqs] = self._new_rows(self._key(num_reqs))
-        key, counts, sums, step_counts, step_sums, prior_rows = rows
-        # NOTE: a key completes only when one of its arms settles, so only then is it checked.
-        check = key not in self.complete_keys and not self.settled(key, counts[gamma])
+        key, counts, sums, step_counts, step_sums, prior_rows, settled_at = rows
+        # NOTE: a key completes only when one of its arms settles, so only then is it checked
+        # (an arm of a complete key is settled: counts only grow, and a load recomputes).
+        check = counts[gamma] < settled_at
         # NOTE: token-weighted means fold l_t = d_t/n_t with weight n_t, i.e. sum(d)/sum(n);
         # counts then hold tokens, which merge exactly too. Folded in place: every step.
         if self._token_weighted:
@@ -93,17 +103,20 @@ class ArmEstimates:
     def _new_rows(self, key: int) -> _Rows:
         """``key`` and the lists a step there folds into: latency counts and sums, the
         batch curve's steps per token counts and sums, the prior's rows (``None`` without
-        the curve, the prior)."""
+        the curve, the prior); then the count that settles an arm of ``key``."""
         steps = self._curve.table.rows(key) if self._curve is not None else (None, None)
         prior = self._prior.rows(key) if self._prior is not None else None
-        return (key, *self.table.rows(key), *steps, prior)
+        return (key, *self.table.rows(key), *steps, prior, self._settled_at(key))
 
     def settled(self, key: int, count: float) -> bool:
         """An arm's estimate is trusted: any sample (paper), or ``min_arm_tokens_per_req``
         tokens per request of ``key`` (the bucket's largest batch size)."""
-        if self._min_tokens == 0.0:
-            return count > 0.0
-        return count >= self._min_tokens * key
+        return count >= self._settled_at(key)
+
+    def _settled_at(self, key: int) -> float:
+        """The count from which an arm of ``key`` is settled; with no minimum, the smallest
+        positive float (counts are never negative, so any sample settles it)."""
+        return self._min_tokens * key if self._min_tokens > 0.0 else _ANY_SAMPLE
 
     def _all_settled(self, key: int) -> bool:
         return all(self.settled(key, n) for n in self.table.counts[key])
