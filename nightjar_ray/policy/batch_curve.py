@@ -84,6 +84,7 @@ class BatchCurve:
         latency: ArmTable,
         reqs: ArmTable,
     ) -> _Points:
+        """``points`` of ``key`` from the three tables' rows (``*_n``: their counts)."""
         # NOTE: the tables' lists read directly, every gamma in one pass: the gate's reads.
         rows = zip(  # noqa: B905 (every row is num_arms long; strict= is a slower call)
             steps_n, self.table.sums[key], lat_n, latency.sums[key], req_n, reqs.sums[key]
