@@ -167,7 +167,7 @@ class NightjarScheduler(Scheduler):
         self.telemetry.set_load(load)
         if self.memory_controller is not None:
             self.memory_controller.after_schedule(
-                load, self.step_driver.sd_disabled, *self.step_driver.draft_value()
+                load, self.step_driver.sd_disabled, self.step_driver.draft_value
             )
         message = StepMessage(event or None, self._memory_counts(), self.undrafted_req_ids)
         attach_step_message(out, message)

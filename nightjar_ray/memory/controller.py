@@ -42,6 +42,9 @@ from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
 logger = logging.getLogger(__name__)
 
+DraftValue = Callable[[], tuple[float | None, int]]
+"""What the draft is worth now: (``Policy.speculation_gain``, the batch size it is at)."""
+
 
 @dataclass(frozen=True)
 class ControllerParams:
@@ -161,22 +164,23 @@ class ElasticController:
         self,
         load: LoadSnapshot,
         sd_disabled: bool,
-        speculation_gain: float | None = None,
-        num_reqs: int = 0,
+        draft_value: DraftValue | None = None,
     ) -> None:
         """Run the triggers on this step's snapshot; the action waits for the next step.
-        ``speculation_gain`` at batch size ``num_reqs`` (``Policy.speculation_gain``)
-        prices the draft against its memory (``draft_outvalued``)."""
+        ``draft_value`` returns (``Policy.speculation_gain``, its batch size), which prices
+        the draft against its memory (``draft_outvalued``); it is called only where that
+        can decide (``offload_outvalued`` on, requests waiting): a ranking, not a lookup."""
         if self.triggers is None:
             return
-        outvalued = self.config.offload_outvalued and draft_outvalued(
-            speculation_gain,
-            num_reqs,
-            load.num_waiting_reqs,
-            load.num_total_blocks - load.num_free_blocks,
-            self.num_region_blocks,
-            self.max_num_reqs,
-        )
+        outvalued = False
+        if self.config.offload_outvalued and load.num_waiting_reqs > 0 and draft_value is not None:
+            outvalued = draft_outvalued(
+                *draft_value(),
+                load.num_waiting_reqs,
+                load.num_total_blocks - load.num_free_blocks,
+                self.num_region_blocks,
+                self.max_num_reqs,
+            )
         view = MemoryView(
             residency=self.residency,
             sd_disabled=sd_disabled,

@@ -235,8 +235,8 @@ class SimServer:
     def _draft_outvalued(self) -> bool:
         """The engine's rule (``memory/triggers.py: draft_outvalued``) on this step."""
         assert self.elastic is not None
-        if not self.elastic.params.offload_outvalued:
-            return False
+        if not self.elastic.params.offload_outvalued or not self.scheduler.waiting:
+            return False  # NOTE: as the engine's controller: the policy is read only then
         gain, num_reqs = self.driver.draft_value()
         return draft_outvalued(
             gain,

@@ -135,6 +135,25 @@ def test_a_draft_outvalued_by_its_memory_is_offloaded_while_speculating(
     pool.get_new_blocks(19)  # 1 free < tau_low 2; 4 requests on 19 blocks -> 6 on 29 (x1.5)
     for _ in range(2):
         assert c.before_schedule() is None
-        c.after_schedule(_load(pool, num_waiting=2), False, gain, 4)
+        c.after_schedule(_load(pool, num_waiting=2), False, lambda: (gain, 4))
     event = c.before_schedule()
     assert (event is not None and event.draft_commands == ("offload",)) is expands
+
+
+def test_the_draft_is_valued_only_where_the_value_can_decide() -> None:
+    """Pricing the draft against its memory ranks the policy's arms; the controller asks
+    for it only with ``offload_outvalued`` on and requests waiting (the rule's only case)."""
+    calls: list[int] = []
+
+    def draft_value() -> tuple[float | None, int]:
+        calls.append(1)
+        return 2.0, 4
+
+    for offload_outvalued, num_waiting, asked in ((True, 0, 0), (True, 2, 1), (False, 2, 0)):
+        pool = BlockPool(21, enable_caching=True, hash_block_size=16)
+        config = CONFIG.model_copy(update={"offload_outvalued": offload_outvalued})
+        c = _on_vllm_pool(pool, config, EngineTelemetry(3), max_num_reqs=8)
+        c.on_worker_output(num_max_blocks=31, draft_ready=False)
+        calls.clear()
+        c.after_schedule(_load(pool, num_waiting=num_waiting), False, draft_value)
+        assert len(calls) == asked, (offload_outvalued, num_waiting)
