@@ -32,6 +32,7 @@ from nightjar_ray.memory.block_pool import ResizableBlockPool, finish_pool_event
 from nightjar_ray.memory.events import MemoryEvent
 from nightjar_ray.memory.triggers import (
     DraftResidency,
+    DraftValue,
     ElasticTriggers,
     MemoryAction,
     MemoryView,
@@ -41,9 +42,6 @@ from nightjar_ray.memory.triggers import (
 from nightjar_ray.metrics.telemetry import EngineTelemetry, LoadSnapshot
 
 logger = logging.getLogger(__name__)
-
-DraftValue = Callable[[], tuple[float | None, int]]
-"""What the draft is worth now: (``Policy.speculation_gain``, the batch size it is at)."""
 
 
 @dataclass(frozen=True)
@@ -167,20 +165,21 @@ class ElasticController:
         draft_value: DraftValue | None = None,
     ) -> None:
         """Run the triggers on this step's snapshot; the action waits for the next step.
-        ``draft_value`` returns (``Policy.speculation_gain``, its batch size), which prices
-        the draft against its memory (``draft_outvalued``); it is called only where that
-        can decide (``offload_outvalued`` on, requests waiting): a ranking, not a lookup."""
+        ``draft_value`` prices the draft against its memory (``draft_outvalued``, which
+        calls it only where it can decide)."""
         if self.triggers is None:
             return
-        outvalued = False
-        if self.config.offload_outvalued and load.num_waiting_reqs > 0 and draft_value is not None:
-            outvalued = draft_outvalued(
-                *draft_value(),
+        outvalued = (
+            self.config.offload_outvalued
+            and draft_value is not None
+            and draft_outvalued(
+                draft_value,
                 load.num_waiting_reqs,
                 load.num_total_blocks - load.num_free_blocks,
                 self.num_region_blocks,
                 self.max_num_reqs,
             )
+        )
         view = MemoryView(
             residency=self.residency,
             sd_disabled=sd_disabled,

@@ -23,8 +23,12 @@ draft's memory is worth more as KV cache").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+
+DraftValue = Callable[[], tuple[float | None, int]]
+"""What the draft is worth now: (``Policy.speculation_gain``, the batch size it is at)."""
 
 
 class DraftResidency(Enum):
@@ -111,8 +115,7 @@ class ElasticTriggers:
 
 
 def draft_outvalued(
-    speculation_gain: float | None,
-    num_reqs: int,
+    draft_value: DraftValue,
     num_waiting_reqs: int,
     num_used_blocks: int,
     num_region_blocks: int,
@@ -123,13 +126,16 @@ def draft_outvalued(
     Requests wait, so the batch is bounded by blocks: an offload would let it grow from
     ``num_reqs`` to about ``num_reqs * (used + region) / used`` (at most
     ``max_num_reqs``), and a plain step decodes about that many more tokens per second.
-    ``speculation_gain`` (``Policy.speculation_gain``) bounds what speculation gains at
-    this batch size; the draft is outvalued when the growth beats it. ``None`` (a policy
-    without estimates) never is.
+    ``draft_value`` returns (``Policy.speculation_gain``, ``num_reqs``): the gain bounds
+    what speculation gains at this batch size, and the draft is outvalued when the growth
+    beats it. It is a ranking of the policy's arms, so it is called only once requests
+    wait and there is a region to free. A gain of ``None`` (a policy without estimates)
+    never is outvalued.
     """
-    if speculation_gain is None or num_waiting_reqs == 0 or num_reqs < 1:
+    if num_waiting_reqs == 0 or num_used_blocks < 1 or num_region_blocks < 1:
         return False
-    if num_used_blocks < 1 or num_region_blocks < 1:
+    speculation_gain, num_reqs = draft_value()
+    if speculation_gain is None or num_reqs < 1:
         return False
     grown = min(max_num_reqs, num_reqs * (num_used_blocks + num_region_blocks) / num_used_blocks)
     return grown / num_reqs > speculation_gain

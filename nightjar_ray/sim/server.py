@@ -235,12 +235,10 @@ class SimServer:
     def _draft_outvalued(self) -> bool:
         """The engine's rule (``memory/triggers.py: draft_outvalued``) on this step."""
         assert self.elastic is not None
-        if not self.elastic.params.offload_outvalued or not self.scheduler.waiting:
-            return False  # NOTE: as the engine's controller: the policy is read only then
-        gain, num_reqs = self.driver.draft_value()
+        if not self.elastic.params.offload_outvalued:
+            return False
         return draft_outvalued(
-            gain,
-            num_reqs,
+            self.driver.draft_value,
             len(self.scheduler.waiting),
             self.pool.num_blocks - self.pool.num_free_blocks,
             self.elastic.num_offload_blocks,

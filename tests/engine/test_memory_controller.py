@@ -141,8 +141,8 @@ def test_a_draft_outvalued_by_its_memory_is_offloaded_while_speculating(
 
 
 def test_the_draft_is_valued_only_where_the_value_can_decide() -> None:
-    """Pricing the draft against its memory ranks the policy's arms; the controller asks
-    for it only with ``offload_outvalued`` on and requests waiting (the rule's only case)."""
+    """Pricing the draft against its memory ranks the policy's arms; it is asked for only
+    with ``offload_outvalued`` on and requests waiting (the rule's only case)."""
     calls: list[int] = []
 
     def draft_value() -> tuple[float | None, int]:
@@ -154,6 +154,7 @@ def test_the_draft_is_valued_only_where_the_value_can_decide() -> None:
         config = CONFIG.model_copy(update={"offload_outvalued": offload_outvalued})
         c = _on_vllm_pool(pool, config, EngineTelemetry(3), max_num_reqs=8)
         c.on_worker_output(num_max_blocks=31, draft_ready=False)
+        pool.get_new_blocks(19)  # requests hold blocks and the draft a region to free
         calls.clear()
         c.after_schedule(_load(pool, num_waiting=num_waiting), False, draft_value)
         assert len(calls) == asked, (offload_outvalued, num_waiting)

@@ -81,14 +81,18 @@ def test_an_outvalued_draft_counts_as_off_for_the_expansion() -> None:
 
 def test_draft_outvalued_weighs_batch_growth_against_speculation_gain() -> None:
     # 8 requests hold 40 blocks; 20 more blocks would run 12 (x1.5)
-    assert draft_outvalued(1.4, 8, 3, 40, 20, 256)
-    assert not draft_outvalued(1.6, 8, 3, 40, 20, 256)
-    # nobody waits for blocks: the draft keeps its memory whatever it is worth
-    assert not draft_outvalued(1.0, 8, 0, 40, 20, 256)
+    assert draft_outvalued(lambda: (1.4, 8), 3, 40, 20, 256)
+    assert not draft_outvalued(lambda: (1.6, 8), 3, 40, 20, 256)
+    # nobody waits for blocks: the draft keeps its memory whatever it is worth, and the
+    # policy is not asked (its gain is a ranking of its arms)
+    assert not draft_outvalued(lambda: (1.0, 8), 0, 40, 20, 256)
+    asked: list[int] = []
+    assert not draft_outvalued(lambda: (asked.append(1), (1.0, 8))[1], 0, 40, 20, 256)
+    assert asked == []
     # the batch cannot grow past max_num_seqs: 8 -> 9 is x1.125
-    assert not draft_outvalued(1.2, 8, 3, 40, 20, 9)
-    assert draft_outvalued(1.1, 8, 3, 40, 20, 9)
+    assert not draft_outvalued(lambda: (1.2, 8), 3, 40, 20, 9)
+    assert draft_outvalued(lambda: (1.1, 8), 3, 40, 20, 9)
     # a policy without estimates (None), no batch, or no region: never
-    assert not draft_outvalued(None, 8, 3, 40, 20, 256)
-    assert not draft_outvalued(1.0, 0, 3, 40, 20, 256)
-    assert not draft_outvalued(1.0, 8, 3, 40, 0, 256)
+    assert not draft_outvalued(lambda: (None, 8), 3, 40, 20, 256)
+    assert not draft_outvalued(lambda: (1.0, 0), 3, 40, 20, 256)
+    assert not draft_outvalued(lambda: (1.0, 8), 3, 40, 0, 256)
