@@ -258,19 +258,20 @@ class NightjarPolicy(Policy):
     ) -> tuple[int, int | None]:
         """:meth:`_exploit_ahead`, locked for the rest of the bin of ``key`` as the bin's
         own arm is (``choose`` recomputes it at a bin start or when the key ahead changes)."""
+        key_ahead = self._key(num_reqs_ahead)
         locked = sched.ahead = (
-            self._key(num_reqs_ahead),
-            self._exploit_ahead(key, num_reqs, num_reqs_ahead, skip),
+            key_ahead,
+            self._exploit_ahead(key, key_ahead, num_reqs, num_reqs_ahead, skip),
         )
         return locked
 
     def _exploit_ahead(
-        self, key: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
+        self, key: int, key_ahead: int, num_reqs: int, num_reqs_ahead: int, max_skip_tokens: int
     ) -> int | None:
-        """Eq. (4) at the batch size the queue will produce: over the row of its key, or
-        of the largest key between this one and it that ranks its arms; ``None`` when
-        no such key is larger than this one (the bin's own arm stands)."""
-        key_ahead = self._key(num_reqs_ahead)
+        """Eq. (4) at the batch size the queue will produce (``num_reqs_ahead``, of key
+        ``key_ahead``): over the row of its key, or of the largest key between this one and
+        it that ranks its arms; ``None`` when no such key is larger than this one (the
+        bin's own arm stands)."""
         if key_ahead <= key:
             return None
         means = self._estimates.ranked(key_ahead, num_reqs_ahead)
