@@ -9,11 +9,12 @@ so a chunk of ``G`` bytes never holds two layers' pages::
     chunk        [ G ][ G ][ G ] ...    mapped = committed, unmapped = no memory
 
 ``commit_blocks`` creates a physical chunk (``cuMemCreate``) for every unmapped chunk a
-block touches, maps it (``cuMemMap``), grants this device read/write access
-(``cuMemSetAccess``) and zeroes it; ``release_blocks`` unmaps and releases
-(``cuMemUnmap``, ``cuMemRelease``) the mapped chunks wholly inside the range, after
-waiting for the device to finish the work queued on it. ``buffer`` is a PyTorch
-tensor over the whole reservation (``__cuda_array_interface__``, no copy).
+block touches and maps it (``cuMemMap``), then grants this device read/write access
+(``cuMemSetAccess``) and zeroes each run of consecutive new chunks at once;
+``release_blocks`` unmaps and releases (``cuMemUnmap``, ``cuMemRelease``) the mapped
+chunks wholly inside the range, after waiting for the device to finish the work queued
+on it. ``buffer`` is a PyTorch tensor over the whole reservation
+(``__cuda_array_interface__``, no copy).
 
 NOTE: the driver calls need the device's primary context, which PyTorch creates;
 ``cuda.bindings`` (package ``cuda-bindings``) is imported when an arena is built.
@@ -87,6 +88,17 @@ def cuda_granularity_bytes(device: torch.device) -> int:
     return int(_check(driver, result, "cuMemGetAllocationGranularity"))
 
 
+def _runs(chunks: Sequence[int]) -> list[range]:
+    """Sorted chunk indices as maximal runs of consecutive ones."""
+    runs: list[range] = []
+    for chunk in chunks:
+        if runs and runs[-1].stop == chunk:
+            runs[-1] = range(runs[-1].start, chunk + 1)
+        else:
+            runs.append(range(chunk, chunk + 1))
+    return runs
+
+
 class CUDAKVArena:
     """The CUDA :class:`~nightjar_ray.memory.arena.KVArena` (module docstring)."""
 
@@ -116,7 +128,11 @@ class CUDAKVArena:
                 "cuMemAddressReserve", self.num_bytes, self.granularity_bytes, 0, 0
             )
         self.address = int(reserved)
-        self.buffer = torch.as_tensor(_DeviceRange(self.address, self.num_bytes), device=device)
+        # The indexed device: with a bare "cuda" PyTorch asks the driver which device
+        # the pointer lives on, and an unmapped reservation belongs to none.
+        self.buffer = torch.as_tensor(
+            _DeviceRange(self.address, self.num_bytes), device=self.device
+        )
         """The whole reservation as one int8 tensor; only committed chunks may be touched."""
 
     def _call(self, name: str, *args: Any) -> Any:
@@ -146,9 +162,19 @@ class CUDAKVArena:
                 if chunk not in self._handles
             }
         )
-        g = self.granularity_bytes
         with torch.cuda.device(self.device):
-            for chunk in missing:
+            for run in _runs(missing):
+                self._map_run(run)
+        return len(missing) * self.granularity_bytes
+
+    def _map_run(self, run: range) -> None:
+        """Map a physical chunk under each of the consecutive chunks ``run``, then grant
+        access and zero the whole run at once (one driver call and one fill, not one per
+        chunk); on a failure the run's chunks mapped so far are given back."""
+        g = self.granularity_bytes
+        mapped: list[int] = []
+        try:
+            for chunk in run:
                 handle = self._call("cuMemCreate", g, self._prop, 0)
                 try:
                     self._call("cuMemMap", self._ptr(chunk * g), g, 0, handle, 0)
@@ -156,9 +182,13 @@ class CUDAKVArena:
                     self._call("cuMemRelease", handle)
                     raise
                 self._handles[chunk] = handle
-                self._call("cuMemSetAccess", self._ptr(chunk * g), g, [self._access], 1)
-                self.buffer[chunk * g : (chunk + 1) * g].zero_()
-        return len(missing) * g
+                mapped.append(chunk)
+            span = len(run) * g
+            self._call("cuMemSetAccess", self._ptr(run.start * g), span, [self._access], 1)
+        except RuntimeError:
+            self._unmap(mapped)
+            raise
+        self.buffer[run.start * g : run.stop * g].zero_()
 
     def release_blocks(self, layers: Iterable[int], start_block: int, end_block: int) -> int:
         """Unmap and release the mapped chunks wholly inside the blocks (after the device

@@ -98,10 +98,13 @@ def _triton_kernel() -> Any:
 class TritonBlockMover:
     """The Triton path (one program per move and layer); compiled once per instance."""
 
-    def __init__(self, tile_words: int = 1024) -> None:
+    def __init__(self, tile_words: int = 1024, num_warps: int = 4) -> None:
         if tile_words <= 0 or tile_words & (tile_words - 1):
             raise ValueError("tile_words must be a power of two")
+        if num_warps <= 0 or num_warps & (num_warps - 1):
+            raise ValueError("num_warps must be a power of two")
         self.tile_words = tile_words
+        self.num_warps = num_warps
         self._kernel: Any = None
 
     def __call__(self, layout: PageLayout, buffer: torch.Tensor, moves: Mapping[int, int]) -> None:
@@ -124,6 +127,7 @@ class TritonBlockMover:
             ids([o // word for o in layout.layer_offsets_bytes]),
             ids([p // word for p in layout.page_bytes]),
             TILE=self.tile_words,
+            num_warps=self.num_warps,
         )
 
 

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from nightjar_ray.memory.arena import CPUKVArena, KVArena
-from nightjar_ray.memory.kernels import PageLayout, build_block_mover, move_blocks_torch
+from nightjar_ray.memory.kernels import (
+    PageLayout,
+    TritonBlockMover,
+    build_block_mover,
+    move_blocks_torch,
+)
 
 PAGES = (4096, 4096, 2048)  # two target layers, one smaller draft layer
 MOVES = {40: 3, 41: 7, 63: 0}
@@ -74,6 +79,10 @@ def test_unknown_mover_and_bad_layouts_are_errors() -> None:
         PageLayout((0,), (0,))
     with pytest.raises(ValueError, match="contiguous 1-D int8"):
         move_blocks_torch(PageLayout((0,), (8,)), torch.zeros(8, dtype=torch.float32), {1: 0})
+    with pytest.raises(ValueError, match="tile_words must be a power of two"):
+        TritonBlockMover(tile_words=3)
+    with pytest.raises(ValueError, match="num_warps must be a power of two"):
+        TritonBlockMover(num_warps=6)
 
 
 def test_arena_reservation_costs_nothing_until_pages_are_written() -> None:
