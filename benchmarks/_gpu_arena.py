@@ -33,6 +33,8 @@ from typing import Any
 import torch
 
 from nightjar_ray.memory import plan_migration
+from nightjar_ray.memory.arena import arena_unit_bytes
+from nightjar_ray.memory.arena_budget import ArenaBudget, max_rounding_bytes, reserve_bytes
 from nightjar_ray.memory.kernels import BlockMover, PageLayout, build_block_mover
 
 ARENA_SCALES = ("small", "cpu", "medium", "full")
@@ -92,17 +94,11 @@ class ArenaSetting:
         t, d = self.target, self.draft
         return (t.page_bytes,) * t.num_layers + (d.page_bytes,) * d.num_layers
 
-    def num_orig_blocks(self) -> int:
-        """N_orig: stock vLLM's pool on an 80 GB H100 at the deploy files' utilization."""
+    def num_stock_blocks(self) -> int:
+        """Stock vLLM's pool on an 80 GB H100 at the deploy files' utilization."""
         budget = int(GPU_MEMORY_UTILIZATION * H100_80GB_BYTES) - NON_KV_PEAK_BYTES
         kv = budget - self.target_weight_bytes - self.draft_weight_bytes
         return kv // sum(self.page_bytes)
-
-    def num_max_blocks(self, num_orig: int, draft_weight_bytes: int) -> int:
-        """N_max: the draft's KV and weights given to the target's KV (the engine's rule,
-        engine/kv_rebind.py ``num_max_blocks``)."""
-        target = self.target.num_layers * self.target.page_bytes
-        return (num_orig * sum(self.page_bytes) + draft_weight_bytes) // target
 
 
 SETTINGS = (
@@ -121,13 +117,39 @@ SETTINGS = (
 TP=2, one rank's share (deploy/gpu-32b-tp2.yaml)."""
 
 
-def pool_sizes(setting: ArenaSetting, scale: str) -> tuple[int, int]:
-    """(N_orig, N_max) at ``scale``; smaller scales shrink the pool and the draft's
-    weights by the same factor."""
-    full = setting.num_orig_blocks()
-    num_orig = {"full": full, "medium": full // 8, "cpu": 1024, "small": 64}[scale]
-    draft = setting.draft_weight_bytes * num_orig // full
-    return num_orig, setting.num_max_blocks(num_orig, draft)
+@dataclass(frozen=True)
+class PoolSizes:
+    """One setting's pool at a scale, sized as the engine sizes it (engine/kv_rebind.py,
+    engine/worker_memory.py): stock vLLM's block count, ``N_orig`` (stock less the blocks
+    the arena's rounding to the device's unit needs), ``N_max`` (the largest pool whose
+    expanded commit stays within stock's KV buffer and the draft's weights)."""
+
+    num_stock_blocks: int
+    num_orig_blocks: int
+    num_max_blocks: int
+    draft_weight_bytes: int
+    stock_bytes: int
+    """What stock vLLM commits: ``num_stock_blocks`` blocks of every layer + draft weights."""
+
+
+def pool_sizes(setting: ArenaSetting, scale: str, unit_bytes: int) -> PoolSizes:
+    """The pool at ``scale`` on a device whose arena commits ``unit_bytes`` at a time;
+    smaller scales shrink the pool and the draft's weights by the same factor."""
+    full = setting.num_stock_blocks()
+    num_stock = {"full": full, "medium": full // 8, "cpu": 1024, "small": 64}[scale]
+    draft = setting.draft_weight_bytes * num_stock // full
+    pages = setting.page_bytes
+    reserve = reserve_bytes(max_rounding_bytes(pages, unit_bytes), sum(pages)) // sum(pages)
+    if reserve >= num_stock:
+        raise ValueError(
+            f"--scale {scale}: the arena's rounding to {unit_bytes} bytes needs "
+            f"{reserve} of the pool's {num_stock} blocks; use a larger scale"
+        )
+    draft_layers = tuple(range(setting.target.num_layers, len(pages)))
+    budget = ArenaBudget(pages, draft_layers, num_stock - reserve, unit_bytes, draft)
+    stock = budget.stock_bytes(num_stock)
+    num_max = budget.largest_num_max_blocks(stock)
+    return PoolSizes(num_stock, num_stock - reserve, num_max, draft, stock)
 
 
 def arena_figure(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -152,7 +174,8 @@ def arena_figure(args: argparse.Namespace, device: torch.device) -> dict[str, An
 def _run_setting(
     setting: ArenaSetting, args: argparse.Namespace, device: torch.device, build: Any
 ) -> dict[str, Any]:
-    num_orig, num_max = pool_sizes(setting, args.scale)
+    sizes = pool_sizes(setting, args.scale, arena_unit_bytes(device))
+    num_orig, num_max = sizes.num_orig_blocks, sizes.num_max_blocks
     plain = _plain_committed_bytes(device, num_orig * sum(setting.page_bytes))
     used0 = _device_used_bytes(device)
     arena = build(device, setting.page_bytes, num_max)
@@ -166,8 +189,7 @@ def _run_setting(
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    draft_weights = setting.draft_weight_bytes * num_orig // setting.num_orig_blocks()
-    return _setting_result(setting, num_orig, num_max, plain, draft_weights, rounds, used0, args)
+    return _setting_result(setting, sizes, plain, rounds, used0, args)
 
 
 def _rounds(
@@ -183,10 +205,8 @@ def _rounds(
 
 def _setting_result(
     setting: ArenaSetting,
-    num_orig: int,
-    num_max: int,
+    sizes: PoolSizes,
     plain: int,
-    draft_weights: int,
     rounds: list[dict[str, Any]],
     used0: int | None,
     args: argparse.Namespace,
@@ -198,13 +218,14 @@ def _setting_result(
         "setting": setting.name,
         "page_bytes": {"target": setting.target.page_bytes, "draft": setting.draft.page_bytes},
         "num_layers": {"target": setting.target.num_layers, "draft": setting.draft.num_layers},
-        "num_orig_blocks": num_orig,
-        "num_max_blocks": num_max,
+        "num_stock_blocks": sizes.num_stock_blocks,
+        "num_orig_blocks": sizes.num_orig_blocks,
+        "num_max_blocks": sizes.num_max_blocks,
         "moved_blocks": last["moved_blocks"],
         "mover": "triton" if args.device == "cuda" else "torch",
         "ms": {k: summary([1e3 * r[f"{k}_s"] for r in timed]) for k in ms},
         "committed_bytes": {k: last[k] for k in (*stages, "after_release_all")}
-        | {"plain_pool": plain, "stock": num_orig * sum(setting.page_bytes) + draft_weights},
+        | {"plain_pool": plain, "stock": sizes.stock_bytes},
         "device_used_delta_bytes": None
         if used0 is None
         else {k: last[f"used_{k}"] - used0 for k in stages},

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import io
 import json
@@ -60,6 +61,8 @@ from benchmarks._gpu_work import (
 )
 
 FIGURES = ("arena", "mover", "reload", "graphs")
+MOVER_GRID = tuple((tile, warps) for tile in (1024, 2048, 4096) for warps in (4, 8, 16))
+"""(words per tile, warps per program) of the Triton mover, timed beside its default."""
 
 
 class NoCUDAError(RuntimeError):
@@ -117,7 +120,7 @@ def mover_figure(args: argparse.Namespace) -> dict[str, Any]:
     """Triton mover against ``copy_`` of the same bytes, 7B target pages (28 layers x
     32 KiB), ``--mover-blocks`` scattered moves; paired rounds, ratio = baseline time /
     contender time (1 = as fast as the copy)."""
-    from nightjar_ray.memory.kernels import build_block_mover
+    from nightjar_ray.memory.kernels import TritonBlockMover, build_block_mover
 
     device = require_cuda("mover")
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -130,6 +133,11 @@ def mover_figure(args: argparse.Namespace) -> dict[str, Any]:
         "triton mover": lambda: triton_mover(bench.layout, bench.buffer, bench.moves),
         "torch mover": lambda: torch_mover(bench.layout, bench.buffer, bench.moves),
     }
+    for tile, warps in MOVER_GRID:  # the kernel's launch shapes beside the default
+        mover = TritonBlockMover(tile, warps)
+        contenders[f"triton {tile}x{warps}"] = functools.partial(
+            mover, bench.layout, bench.buffer, bench.moves
+        )
     times = _paired_rounds(contenders, args.warmup, args.rounds)
     correct = bench.moves_pages(contenders["triton mover"])
     return _mover_result(times, bench.nbytes, args.mover_blocks, correct)
@@ -163,6 +171,15 @@ def _mover_result(
         "goal_triton_ratio_min": 0.8,
         "triton_moved_correct": correct,
     }
+
+
+def _mover_grid_rows(ratios: dict[str, dict[str, float]]) -> list[str]:
+    """The best launch shape of the grid (runs saved before the grid existed: none)."""
+    grid = {k: v["median"] for k, v in ratios.items() if k.startswith("triton ") and "x" in k}
+    if not grid:
+        return []
+    best = max(grid, key=grid.__getitem__)
+    return [f"| mover | 7B pages | best of the grid ({best}) / copy_ | {grid[best]:.3f} | - |"]
 
 
 # -- 3. draft reload overlapping a decode loop -------------------------------------------
@@ -378,6 +395,7 @@ def markdown_rows(result: dict[str, Any]) -> list[str]:
             rows.append(f"| mover | 7B pages | Triton / copy_ | {r['median']:.3f} | >= 0.8 |")
             vs_index = ms["index_copy_"] / ms["triton mover"]
             rows.append(f"| mover | 7B pages | Triton / index_copy_ | {vs_index:.3f} | - |")
+            rows += _mover_grid_rows(fig["ratio_to_copy"])
         elif name == "reload":
             s = fig["slowdown"]["median"]
             rows.append(f"| reload | 0.5B bf16 | decode loop slowdown | {100 * s:.1f}% | <= 5% |")

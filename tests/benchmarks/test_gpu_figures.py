@@ -16,6 +16,7 @@ from benchmarks import gpu_figures
 from benchmarks._gpu_arena import SETTINGS, pool_sizes
 from benchmarks._gpu_work import MoverBench, decode_step, qwen7b_decode_shapes
 from nightjar_ray.memory import arena as arena_module
+from nightjar_ray.memory.arena_budget import ArenaBudget
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_CUDA = pytest.mark.skipif(
@@ -65,14 +66,34 @@ def test_cpu_arena_figure_in_a_child_process(tmp_path: Path) -> None:
 
 
 def test_pool_sizes_follow_the_engine_rule() -> None:
-    """N_max x the target's block bytes = N_orig's pool + the draft's weights (floor)."""
+    """Pages that fill the CPU's unit need no reserve, and N_max x the target's block
+    bytes = N_orig's pool + the draft's weights (floor). At CUDA's 2 MiB unit the pool
+    drops by the rounding's blocks, as the engine's, so that the arena at start stays
+    within stock's KV buffer and the expanded arena within stock's KV and draft weights,
+    with no room for one more block."""
     for setting in SETTINGS:
-        num_orig, num_max = pool_sizes(setting, "full")
+        pages, unit = setting.page_bytes, 2 << 20
+        cpu = pool_sizes(setting, "full", 4096)
+        assert cpu.num_orig_blocks == cpu.num_stock_blocks
         target = setting.target.num_layers * setting.target.page_bytes
-        given = num_orig * sum(setting.page_bytes) + setting.draft_weight_bytes
-        assert num_max * target <= given < (num_max + 1) * target
-    assert pool_sizes(SETTINGS[0], "full") == (51635, 63776)
-    assert pool_sizes(SETTINGS[1], "full") == (18442, 19542)
+        given = cpu.num_orig_blocks * sum(pages) + cpu.draft_weight_bytes
+        assert cpu.num_max_blocks * target <= given < (cpu.num_max_blocks + 1) * target
+        cuda = pool_sizes(setting, "full", unit)
+        draft = tuple(range(setting.target.num_layers, len(pages)))
+        budget = ArenaBudget(pages, draft, cuda.num_orig_blocks, unit, cuda.draft_weight_bytes)
+        assert cuda.num_orig_blocks < cuda.num_stock_blocks == cpu.num_stock_blocks
+        stock_kv = cuda.num_stock_blocks * sum(pages)
+        assert budget.baseline_bytes(cuda.num_max_blocks) <= stock_kv
+        assert cuda.stock_bytes == stock_kv + cuda.draft_weight_bytes
+        assert budget.expanded_bytes(cuda.num_max_blocks) <= cuda.stock_bytes
+        assert budget.expanded_bytes(cuda.num_max_blocks + 1) > cuda.stock_bytes
+    sizes = [pool_sizes(s, "full", 4096) for s in SETTINGS]
+    assert [(s.num_orig_blocks, s.num_max_blocks) for s in sizes] == [
+        (51635, 63776),
+        (18442, 19542),
+    ]
+    with pytest.raises(ValueError, match="--scale small"):
+        pool_sizes(SETTINGS[0], "small", 2 << 20)
 
 
 @NO_CUDA
