@@ -104,7 +104,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
-from nightjar_ray.policy.bucketing import bucket_fn
+from nightjar_ray.policy.bucketing import bucket_fn, bucket_span_fn
 from nightjar_ray.policy.estimates import LATENCY_TABLE, ArmEstimates
 from nightjar_ray.policy.presets import NightjarParams
 from nightjar_ray.policy.stats import PolicyStats
@@ -127,8 +127,9 @@ class _KeySchedule:
     ) -> None:
         self.j, self.b, self.tau, self.arm = j, b, tau, arm
         self.exploring = exploring
-        self.ahead: tuple[int, int | None] | None = None
-        """(key ahead, its Eq. 4 arm) locked for the bin under way (``_lock_ahead``)."""
+        self.ahead: tuple[int, int, int | None] | None = None
+        """(lo, hi, arm): Eq. 4's arm for the key ahead, locked for the bin under way while
+        the batch ahead stays in that key's span ``lo..hi`` (``_lock_ahead``)."""
         self.sqrt_h = math.sqrt(2 ** (j - 1))
 
     def close_bin(self) -> None:
@@ -157,6 +158,7 @@ class NightjarPolicy(Policy):
         self._rng = rng
         self._gamma_max = config.gamma_max
         self._key = bucket_fn(config.bucketing)
+        self._span = bucket_span_fn(config.bucketing)
         self._switch_cost = switch_cost or SwitchCostTable.constant(config.switch_cost_ms / 1e3)
         self._weight = config.switch_cost_weight
         self._estimates = ArmEstimates(config, self._key)
@@ -185,26 +187,29 @@ class NightjarPolicy(Policy):
         key, sched = entry
         reqs_ahead = num_reqs_ahead or 0
         queued = reqs_ahead > num_reqs and self._queue_aware
-        bin_start = sched.tau == 1
-        if bin_start:
+        tau = sched.tau
+        if tau == 1:  # a bin starts
             sched.arm = self._start_bin(key, sched, num_reqs, max_skip_tokens, queued)
         elif sched.exploring and self._probe_done(sched):
             sched.arm = self._end_probe(key, sched, num_reqs, max_skip_tokens)
         gamma = sched.arm
-        ahead = None
-        if queued and not sched.exploring:
+        exploring = self.last_explored = sched.exploring
+        if queued and not exploring:
             # NOTE: the bin's lock of :meth:`_lock_ahead` checked inline (every queued step).
             locked = sched.ahead
-            if bin_start or locked is None or locked[0] != self._key(reqs_ahead):
+            if tau == 1 or locked is None or not locked[0] <= reqs_ahead <= locked[1]:
                 locked = self._lock_ahead(key, sched, num_reqs, reqs_ahead, max_skip_tokens)
-            ahead = locked[1]
-        self.last_queued = ahead is not None
-        if ahead is not None:
-            gamma = ahead
-        self.last_explored = sched.exploring
-        sched.tau += 1
-        if sched.tau > sched.sqrt_h:
+            ahead = locked[2]
+            self.last_queued = ahead is not None
+            if ahead is not None:
+                gamma = ahead
+        else:
+            self.last_queued = False
+        tau += 1
+        if tau > sched.sqrt_h:
             sched.close_bin()
+        else:
+            sched.tau = tau
         self._prev_gamma = gamma
         return gamma
 
@@ -255,14 +260,14 @@ class NightjarPolicy(Policy):
 
     def _lock_ahead(
         self, key: int, sched: _KeySchedule, num_reqs: int, num_reqs_ahead: int, skip: int
-    ) -> tuple[int, int | None]:
+    ) -> tuple[int, int, int | None]:
         """:meth:`_exploit_ahead`, locked for the rest of the bin of ``key`` as the bin's
-        own arm is (``choose`` recomputes it at a bin start or when the key ahead changes)."""
+        own arm is (``choose`` recomputes it at a bin start or when the key ahead changes,
+        that is when the batch ahead leaves the locked key's span)."""
         key_ahead = self._key(num_reqs_ahead)
-        locked = sched.ahead = (
-            key_ahead,
-            self._exploit_ahead(key, key_ahead, num_reqs, num_reqs_ahead, skip),
-        )
+        lo, hi = self._span(key_ahead)
+        arm = self._exploit_ahead(key, key_ahead, num_reqs, num_reqs_ahead, skip)
+        locked = sched.ahead = (lo, hi, arm)
         return locked
 
     def _exploit_ahead(

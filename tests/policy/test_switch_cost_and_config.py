@@ -14,7 +14,7 @@ from nightjar_ray.policy import (
     policy_config,
     policy_names,
 )
-from nightjar_ray.policy.bucketing import bucket_fn, pow2_key
+from nightjar_ray.policy.bucketing import bucket_fn, bucket_span_fn, pow2_key
 from nightjar_ray.policy.registry import load_switch_cost
 
 
@@ -127,3 +127,19 @@ def test_pow2_buckets() -> None:
     assert bucket_fn("exact")(37) == 37
     with pytest.raises(ValueError, match="unknown bucketing"):
         bucket_fn("nope")
+
+
+@pytest.mark.parametrize("name", ["exact", "pow2"])
+def test_a_keys_span_is_exactly_the_batch_sizes_that_share_it(name: str) -> None:
+    """The queue-aware lock asks "same key ahead?" by a range test on the key's span, so
+    the span must hold every batch size of the key and no other."""
+    key_of, span_of = bucket_fn(name), bucket_span_fn(name)
+    for num_reqs in range(1, 2050):
+        key = key_of(num_reqs)
+        lo, hi = span_of(key)
+        assert lo <= num_reqs <= hi
+        assert key_of(lo) == key_of(hi) == key
+        assert lo == 1 or key_of(lo - 1) != key
+        assert key_of(hi + 1) != key
+    with pytest.raises(ValueError, match="unknown bucketing"):
+        bucket_span_fn("nope")
