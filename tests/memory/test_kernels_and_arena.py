@@ -100,3 +100,12 @@ def test_arena_reservation_costs_nothing_until_pages_are_written() -> None:
     assert torch.count_nonzero(arena.layer_pages(0)) == 0  # layers do not overlap
     with pytest.raises(ValueError, match=r"block range \[10, 300\) outside"):
         arena.release_blocks([0], 10, 300)
+
+
+def test_the_cuda_arena_commits_maximal_runs_of_consecutive_chunks() -> None:
+    """The CUDA arena grants access and zeroes once per run (pure Python, runs anywhere)."""
+    from nightjar_ray.memory.cuda_arena import _runs
+
+    assert _runs([1, 2, 3, 7, 8, 10]) == [range(1, 4), range(7, 9), range(10, 11)]
+    assert _runs([0]) == [range(0, 1)]
+    assert _runs([]) == []
