@@ -122,7 +122,9 @@ class PoolSizes:
     """One setting's pool at a scale, sized as the engine sizes it (engine/kv_rebind.py,
     engine/worker_memory.py): stock vLLM's block count, ``N_orig`` (stock less the blocks
     the arena's rounding to the device's unit needs), ``N_max`` (the largest pool whose
-    expanded commit stays within stock's KV buffer and the draft's weights)."""
+    expanded commit stays within stock's KV buffer and the draft's weights: what the engine's
+    ``num_max_blocks`` computes; not imported, since engine/ imports pydantic and the
+    figures run with PyTorch alone)."""
 
     num_stock_blocks: int
     num_orig_blocks: int

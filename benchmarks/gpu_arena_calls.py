@@ -43,22 +43,17 @@ CHUNK_BYTES = 2 << 20
 def call_costs(arena: Any, num: int) -> dict[str, Any]:
     """Microseconds per driver call over ``num`` chunks (the arena's reservation, nothing
     of it committed through the arena meanwhile)."""
-    from cuda.bindings import driver
-
     g = arena.granularity_bytes
     times: dict[str, list[float]] = {}
 
     def ptr(i: int) -> Any:
-        return driver.CUdeviceptr(arena.address + i * g)
+        return arena._ptr(i * g)
 
-    def call(name: str, *args: Any) -> Any:
+    def call(name: str, *args: Any) -> Any:  # the arena's own call, which checks the result
         t0 = time.perf_counter()
-        result = getattr(driver, name)(*args)
+        value = arena._call(name, *args)
         times.setdefault(name, []).append(time.perf_counter() - t0)
-        status, *values = result if isinstance(result, tuple) else (result,)
-        if status != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"{name} failed: {status}")
-        return values[0] if values else None
+        return value
 
     handles = []
     for i in range(2 * num):

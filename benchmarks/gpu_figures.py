@@ -135,7 +135,7 @@ def mover_figure(args: argparse.Namespace) -> dict[str, Any]:
     }
     for tile, warps in MOVER_GRID:  # the kernel's launch shapes beside the default
         mover = TritonBlockMover(tile, warps)
-        contenders[f"triton {tile}x{warps}"] = functools.partial(
+        contenders[_grid_label(tile, warps)] = functools.partial(
             mover, bench.layout, bench.buffer, bench.moves
         )
     times = _paired_rounds(contenders, args.warmup, args.rounds)
@@ -173,9 +173,14 @@ def _mover_result(
     }
 
 
+def _grid_label(tile: int, warps: int) -> str:
+    return f"triton {tile}x{warps}"
+
+
 def _mover_grid_rows(ratios: dict[str, dict[str, float]]) -> list[str]:
     """The best launch shape of the grid (runs saved before the grid existed: none)."""
-    grid = {k: v["median"] for k, v in ratios.items() if k.startswith("triton ") and "x" in k}
+    labels = (_grid_label(tile, warps) for tile, warps in MOVER_GRID)
+    grid = {k: ratios[k]["median"] for k in labels if k in ratios}
     if not grid:
         return []
     best = max(grid, key=grid.__getitem__)
