@@ -89,6 +89,9 @@ class StepDecision:
     """The draft was not resident: gamma was clamped to 0 and the step is not observed."""
     gated: bool = False
     """The draft gate ran gamma = 0 although the policy chose more (``driver/draft_gate.py``)."""
+    explored: bool = False
+    """gamma was an exploration probe (an exploration bin's arm, or a trial of an untried
+    arm), not the policy's best estimate."""
     queued: bool = False
     """gamma came from the queue-aware objective."""
     num_reqs_ahead: int | None = None

@@ -225,6 +225,7 @@ class StepDriver:
             start_s=start_s,
             draft_away=choice.draft_away,
             gated=gated,
+            explored=choice.explored,
             queued=choice.queued,
             num_reqs_ahead=choice.num_reqs_ahead,
             num_undrafted_reqs=len(undrafted),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import IO, Literal
 
 from nightjar_ray.driver.draft_gate import remaining_after_step
 from nightjar_ray.driver.observation import (
@@ -80,7 +80,15 @@ class ServerOptions:
 class SimServer:
     """See module docstring."""
 
-    def __init__(self, setting: Setting, policy: Policy, options: ServerOptions) -> None:
+    def __init__(
+        self,
+        setting: Setting,
+        policy: Policy,
+        options: ServerOptions,
+        decision_log: IO[str] | None = None,
+    ) -> None:
+        """``decision_log``: where the step driver writes one JSON line per step, the
+        engine's decision log (docs/engine.md, "Seeing the decisions")."""
         if options.elastic is not None and options.draft_when_off != "skip":
             raise ValueError("elastic draft offload needs draft_when_off='skip'")
         self.setting, self.policy, self.options = setting, policy, options
@@ -114,6 +122,7 @@ class SimServer:
             observation_rule=options.observed_time,
             draft_cost_ratio=setting.draft.num_params / setting.target.num_params,
             max_history=1,
+            log_file=decision_log,
         )
         self._choice: Choice | None = None
         self.records: list[RequestRecord] = []

@@ -150,6 +150,24 @@ def test_decision_log_has_one_json_line_per_step(tmp_path: object) -> None:
     assert lines[1]["num_accepted_tokens"] == 4 and lines[1]["observed"]
 
 
+def test_decision_log_marks_the_steps_the_policy_explored() -> None:
+    import io
+    import json
+
+    buf = io.StringIO()
+    stepper, rec, clock = make("nightjar", {"draft_gate": False}, log_file=buf)
+    explored = []
+    for _ in range(40):
+        stepper.on_schedule(decode(3), clock.now)
+        explored.append(rec.last_explored)
+        clock.now += 0.1
+        stepper.on_output(6, 3, 2)
+    lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+    assert [line["explored"] for line in lines] == explored
+    # NOTE: a cold key's first bins try its arms; later bins exploit.
+    assert explored[0] and not all(explored)
+
+
 def test_steps_carrying_prefill_follow_the_observation_rule() -> None:
     """``step`` keeps a prefill-carrying step's wall time; ``pure`` drops it; so does
     ``prefill-corrected`` until it has priced the target's prefill (at gamma = 0)."""
