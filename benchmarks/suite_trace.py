@@ -35,10 +35,9 @@ from nightjar_ray.sim.experiments import (
     WARM_START_SEED_OFFSET,
     Contender,
     RunKnobs,
-    build_contender_policy,
+    contender_policy,
     run_contender,
     server_options,
-    warm_started_policy,
 )
 from nightjar_ray.sim.metrics import SimResult, summarize
 from nightjar_ray.sim.presets import SETTINGS, Setting, get_setting
@@ -99,11 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def start_policy(
     setting: Setting, c: Contender, earlier: Sequence[RequestSpec], seed: int, knobs: RunKnobs
 ) -> NightjarPolicy:
-    """Nightjar as the suite starts it: fresh, or from its run on ``earlier`` (warm)."""
-    if c.warm_start:
-        policy = warm_started_policy(setting, c, earlier, "sharegpt", seed, knobs)
-    else:
-        policy = build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
+    """Nightjar as the suite starts it (``contender_policy``): fresh, or warm-started
+    from its run on ``earlier``."""
+    policy = contender_policy(setting, c, "sharegpt", seed, knobs, earlier)
     if not isinstance(policy, NightjarPolicy):
         raise TypeError(f"{c.label} runs {policy.name}, not nightjar")
     return policy

@@ -229,6 +229,23 @@ def warm_started_policy(
     return policy
 
 
+def contender_policy(
+    setting: Setting,
+    c: Contender,
+    dataset: str,
+    seed: int,
+    knobs: RunKnobs = RunKnobs(),
+    warm_workload: Sequence[RequestSpec] | None = None,
+) -> Policy:
+    """The policy ``c`` starts a run with: fresh, or warm-started from ``warm_workload``
+    when ``c.warm_start``."""
+    if not c.warm_start:
+        return build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
+    if warm_workload is None:
+        raise ValueError(f"contender {c.label!r} warm-starts but got no warm_workload")
+    return warm_started_policy(setting, c, warm_workload, dataset, seed, knobs)
+
+
 def run_contender(
     setting: Setting,
     c: Contender,
@@ -240,12 +257,7 @@ def run_contender(
 ) -> SimResult:
     """Simulate ``workload`` under contender ``c`` (warm-started from ``warm_workload``
     when ``c.warm_start``)."""
-    if c.warm_start:
-        if warm_workload is None:
-            raise ValueError(f"contender {c.label!r} warm-starts but got no warm_workload")
-        policy = warm_started_policy(setting, c, warm_workload, dataset, seed, knobs)
-    else:
-        policy = build_contender_policy(setting, c, seed + knobs.policy_seed_offset)
+    policy = contender_policy(setting, c, dataset, seed, knobs, warm_workload)
     options = server_options(setting, c, dataset, seed, knobs)
     return SimServer(setting, policy, options).run(workload)
 
