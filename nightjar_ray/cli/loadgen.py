@@ -281,7 +281,9 @@ async def _counts(
 ) -> SpecDecodeCounts | None:
     """One scrape (``before`` None), or the run's counts (after minus ``before``, waiting
     up to ``timeout_s`` for ``num_generated_tokens``: :func:`counts_after_run`); None,
-    with a note, when the endpoint has none."""
+    with a note, when the endpoint cannot be read or, after the run, has none. A scrape
+    before the run that finds none is the zero it counts from: Ray exports a replica's
+    counters only once they have counted something, so a fresh app has none yet."""
     # NOTE: no request headers: the API key is the endpoint's, not the metrics port's.
     async with open_session(30.0) as session:
         try:
@@ -295,7 +297,7 @@ async def _counts(
         except ValueError as e:
             print(f"loadgen: no spec-decode figures: {e}", file=sys.stderr)
             return None
-    if not counts.found:
+    if before is not None and not counts.found:
         print(
             f"loadgen: no spec-decode figures: {metrics_url} has no vLLM spec-decode counters "
             f"with model_name={model!r} (--metrics-url)",

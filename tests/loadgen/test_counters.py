@@ -152,6 +152,8 @@ class _Server(BaseHTTPRequestHandler):
 
     served: ClassVar[dict[str, float]] = {}
     headers_seen: ClassVar[list[dict[str, str]]] = []
+    exports_zeros: ClassVar[bool] = True
+    """False: no series before the first completion (Ray's export of a fresh replica)."""
 
     def do_GET(self) -> None:
         self.headers_seen.append({"path": self.path, **self.headers})
@@ -165,7 +167,7 @@ class _Server(BaseHTTPRequestHandler):
                 f'vllm:spec_decode_num_accepted_tokens_total{{model_name="stub-model"}} {s["a"]}\n'
                 f'vllm:generation_tokens_total{{model_name="stub-model"}} {s["g"]}\n'
             )
-            self._send(text)
+            self._send("" if s["g"] == 0 and not self.exports_zeros else text)
         else:
             self.send_error(404)
 
@@ -194,6 +196,7 @@ def server() -> Iterator[str]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
     _Server.served.update(d=7.0, a=5.0, g=100.0)  # traffic before the run
     _Server.headers_seen.clear()
+    _Server.exports_zeros = True
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}"
@@ -227,6 +230,23 @@ def test_the_command_finds_the_model_sends_the_key_and_reports_the_run_s_counter
     assert all(h["Authorization"] == "Bearer secret" and h["X-Team"] == "lab" for h in endpoint)
     assert len(by_path["/metrics"]) >= 2
     assert all("Authorization" not in h for h in by_path["/metrics"])  # the key stays home
+
+
+def test_a_server_that_exports_no_counters_before_its_first_request_still_gets_figures(
+    server: str, tmp_path: Path
+) -> None:
+    """A fresh Ray Serve app has no ``ray_vllm_*`` series until it has served: the scrape
+    before the run is the zero the run's counts start from, not a missing endpoint."""
+    _Server.served.update(d=0.0, a=0.0, g=0.0)
+    _Server.exports_zeros = False
+    out = tmp_path / "run"
+    args = ["loadgen", "--url", server, "--rate", "4", "--duration-s", "2", "--output-len",
+            "6:10", "--input-len", "4", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["server_generation_tokens"] == summary["total_output_tokens"] > 0
+    assert summary["spec_decode_num_drafts"] == sum(n // 2 for n in _output_lengths(out))
+    assert summary["spec_decode_acceptance_rate"] == pytest.approx(100 / 3)
 
 
 def _output_lengths(out: Path) -> list[int]:

@@ -705,24 +705,44 @@ SETTLE_COUNTERS = (
     "spec_decode_num_drafts_total",
     "spec_decode_num_accepted_tokens_total",
 )
+FIXED_APP, FIXED_MODEL_ID = "fixed", "tiny-fixed"
+"""The acceptance test's own app: the tiny pair at a fixed gamma 3, so every step drafts
+(whether nightjar drafts on the tiny pair over a few seconds is the policy's choice)."""
 
 
-def _vllm_value(samples: list[Any], name: str) -> float:
-    """The sum of vLLM's exported series ``name`` for the app's model."""
+def _vllm_value(samples: list[Any], name: str, model: str = MODEL_ID) -> float:
+    """The sum of vLLM's exported series ``name`` for ``model``."""
     return sum(
         s.value
         for s in samples
-        if s.name == f"ray_vllm_{name}" and s.labels.get("model_name") == MODEL_ID
+        if s.name == f"ray_vllm_{name}" and s.labels.get("model_name") == model
     )
 
 
+@pytest.fixture
+def fixed_app(app: App) -> Iterator[str]:
+    """:data:`FIXED_APP` deployed next to the module's app (its URL), deleted after."""
+    from ray import serve
+
+    from nightjar_ray.serve import build_app
+
+    args = app_args(app.snapshot_dir, policy="fixed", policy_params={"gamma": 3})
+    args["model_loading_config"]["model_id"] = FIXED_MODEL_ID
+    serve.run(build_app(args), name=FIXED_APP, route_prefix=f"/{FIXED_APP}")
+    try:
+        yield f"{app.url}/{FIXED_APP}"
+    finally:
+        serve.delete(FIXED_APP)
+
+
 def test_load_generator_on_generated_text_reports_the_servers_acceptance(
-    app: App, tmp_path: Path
+    app: App, fixed_app: str, tmp_path: Path
 ) -> None:
     """`loadgen --dataset FILE --tokenizer generated:tiny` with the metrics port: prompts
     are generated text cut to length with the pair's tokenizer, and the summary's
     acceptance figures are vLLM's counters over the run, scraped here before and after;
-    the server generated exactly the run's tokens in between."""
+    the server generated exactly the run's tokens in between. The load goes to a model
+    at a fixed gamma, which drafts on every step."""
     import ray
 
     from nightjar_ray.cli.main import main
@@ -731,7 +751,7 @@ def test_load_generator_on_generated_text_reports_the_servers_acceptance(
 
     def counts() -> Any:
         with urllib.request.urlopen(f"{app.metrics_url}/metrics", timeout=30) as resp:
-            return parse_counts(resp.read().decode(), MODEL_ID)
+            return parse_counts(resp.read().decode(), FIXED_MODEL_ID)
 
     # Each process pushes its metrics to Ray every export interval: counters that stayed
     # the same for longer than that, with nothing running, hold all earlier traffic
@@ -740,17 +760,17 @@ def test_load_generator_on_generated_text_reports_the_servers_acceptance(
 
     def settled() -> bool:
         samples, now = _scrape(app), time.monotonic()
-        values = [_vllm_value(samples, n) for n in SETTLE_COUNTERS]
+        values = [_vllm_value(samples, n, FIXED_MODEL_ID) for n in SETTLE_COUNTERS]
         if values != seen["counts"]:
             seen.update(counts=values, since=now)
-        running = _vllm_value(samples, "num_requests_running")
+        running = _vllm_value(samples, "num_requests_running", FIXED_MODEL_ID)
         return running == 0 and now - seen["since"] > interval_s + 2.0
 
     wait_until(settled, 120, 0.5, "vLLM's exported counters to hold the earlier traffic")
     dataset = write_generated_dataset(tmp_path / "generated.jsonl", num_conversations=40)
     out = tmp_path / "run"
     before = counts()
-    args = ["loadgen", "--url", app.url, "--model", MODEL_ID, "--dataset", str(dataset),
+    args = ["loadgen", "--url", fixed_app, "--model", FIXED_MODEL_ID, "--dataset", str(dataset),
             "--tokenizer", "generated:tiny", "--rate", "2", "--duration-s", "6",
             "--input-len", "16:64", "--output-len", "16:32", "--metrics-url", app.metrics_url,
             "--no-progress", "--out", str(out)]  # fmt: skip
