@@ -187,6 +187,13 @@ def best_case_gain(gamma: int, latency_at_zero_s: float, num_remaining_tokens: i
     return num_remaining_tokens * latency_at_zero_s * gamma / (gamma + 1)
 
 
+def max_speculation_gain(gamma_max: int, draft_cost_ratio: float) -> float:
+    """The most speculation can speed decoding up: every draft accepted at ``gamma_max``
+    (gamma + 1 tokens a step) in a plain step's time plus gamma draft steps, each
+    ``draft_cost_ratio`` of a plain one: ``(gamma + 1) / (1 + gamma * r)``."""
+    return (gamma_max + 1) / (1.0 + gamma_max * draft_cost_ratio)
+
+
 def remaining_after_step(max_tokens: int, num_output_tokens: int) -> int:
     """Output tokens a request may still emit after the one it may sample this step."""
     return max(0, max_tokens - num_output_tokens - 1)

@@ -67,7 +67,11 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import IO, Any
 
-from nightjar_ray.driver.draft_gate import DEFAULT_DRAFT_COST_RATIO, DraftGate
+from nightjar_ray.driver.draft_gate import (
+    DEFAULT_DRAFT_COST_RATIO,
+    DraftGate,
+    max_speculation_gain,
+)
 from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
 from nightjar_ray.driver.queue import QueueState, batch_ahead
 from nightjar_ray.driver.step import Choice, StepBatch, StepDecision
@@ -282,12 +286,15 @@ class StepDriver:
 
     def draft_value(self) -> tuple[float | None, int]:
         """(``Policy.speculation_gain``, B) at the last scheduled step's batch size: what
-        the memory triggers weigh the draft's memory against (``None`` at B = 0)."""
+        the memory triggers weigh the draft's memory against (``None`` at B = 0). A
+        policy with no evidence yet answers the draft's best case
+        (:func:`max_speculation_gain`)."""
         num_reqs = self._prev_num_reqs
         if num_reqs < 1:
             return None, 0
+        best_case = max_speculation_gain(self.policy.gamma_max, self.gate.draft_cost_ratio)
         with self.policy_lock:
-            return self.policy.speculation_gain(num_reqs), num_reqs
+            return self.policy.speculation_gain(num_reqs, best_case), num_reqs
 
     def on_output(
         self,

@@ -186,12 +186,14 @@ class Policy(ABC):
         ``None`` when the policy has none (the default)."""
         return None
 
-    def speculation_gain(self, num_reqs: int) -> float | None:
+    def speculation_gain(self, num_reqs: int, best_case: float) -> float | None:
         """How many times faster than plain decoding speculation makes decoding at batch
         size ``num_reqs``, at most, by this policy's estimates: what the memory triggers
         weigh the draft's memory against (``memory/triggers.py: draft_outvalued``).
-        ``None`` when the policy has no estimates (the default; the rule then never
-        offloads a draft)."""
+        ``best_case``: the most the draft could gain (every draft accepted, at its price),
+        the answer of a policy that keeps estimates but has none here yet. ``None`` when
+        the policy keeps no estimates (the default; the rule then never offloads a
+        draft)."""
         return None
 
     @abstractmethod

@@ -356,16 +356,17 @@ class NightjarPolicy(Policy):
         """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
         return None if num_reqs < 1 else self.estimate(num_reqs, 0)
 
-    def speculation_gain(self, num_reqs: int) -> float | None:
+    def speculation_gain(self, num_reqs: int, best_case: float) -> float | None:
         """``l~[B, 0] / min_gamma l~[B, gamma]`` at the key of ``num_reqs`` once it ranks
         its arms (bounded rows included); before that, at the largest smaller key that
         does (speculation gains less as B grows, so a smaller batch's gain bounds this
-        one's); 1.0 while no key at or below it ranks (no evidence yet that speculation
-        pays here). ``None`` with ``price_draft_memory`` off (the paper preset)."""
+        one's); ``best_case`` while no key at or below it ranks (no evidence either way:
+        the draft is worth what it could do at best). ``None`` with
+        ``price_draft_memory`` off (the paper preset)."""
         if not self.config.price_draft_memory:
             return None
         means = self._estimates.ranked_at_or_below(self._key(max(num_reqs, 1)))
-        return 1.0 if means is None else means[0] / min(means)
+        return best_case if means is None else means[0] / min(means)
 
     def observe(self, result: StepResult) -> None:
         validate_result(result, self._gamma_max)

@@ -358,13 +358,19 @@ def test_draft_gate_prices_the_gain_at_the_batch_the_prompts_join() -> None:
 
 def test_draft_value_is_the_policy_gain_at_the_last_scheduled_batch() -> None:
     policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
-    for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
-        policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
-    stepper = StepDriver(policy, gamma_cap=2, clock=FakeClock())
+    stepper = StepDriver(policy, gamma_cap=2, clock=FakeClock(), draft_cost_ratio=0.25)
     assert stepper.draft_value() == (None, 0)  # nothing scheduled yet
     stepper.on_schedule(StepBatch(4, 4, 4, 0), 0.0)
+    # no key ranks yet: the draft's best case, 3 tokens a step for 1 + 2 * 0.25 steps
+    assert stepper.draft_value() == (pytest.approx(2.0), 4)
+    for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
+        policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
     gain, num_reqs = stepper.draft_value()
     assert num_reqs == 4 and gain == pytest.approx(2.0)
+    # the learned ratio, not the best case: a draft that gains little
+    policy.observe(StepResult(4, 1, 10_000, 10_000 * 9.5e-4))
+    policy.observe(StepResult(4, 2, 10_000, 10_000 * 9.8e-4))
+    assert stepper.draft_value()[0] < 1.2
 
 
 class PerRequest(Estimating):

@@ -193,7 +193,7 @@ def test_speculation_gain_reads_bounded_rows_not_only_complete_keys() -> None:
     assert 4 not in policy._estimates.complete_keys
     row = policy.latency_estimates(4)
     assert row is not None and row[3:] == [row[2]] * 2
-    gain = policy.speculation_gain(200)  # key 256 has seen nothing: the largest key below
+    gain = policy.speculation_gain(200, 5.0)  # key 256 has seen nothing: the largest key below
     assert gain == pytest.approx(row[0] / row[1], rel=1e-9) and gain > 1.2
 
 

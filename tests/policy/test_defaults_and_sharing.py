@@ -183,15 +183,19 @@ def test_speculation_gain_is_the_key_own_ratio_else_a_smaller_key_bound() -> Non
     params = {"gamma_max": 2, "latency_estimator": "token-weighted"}
     policy = build_policy("nightjar", params, rng=random.Random(0))
     assert isinstance(policy, NightjarPolicy)
-    assert policy.speculation_gain(4) == 1.0  # nothing ranks yet: no evidence it pays
+    # nothing ranks yet: no evidence either way, the draft's best case stands
+    assert policy.speculation_gain(4, best_case=3.5) == 3.5
     # key 4 (pow2): 1 ms a token plain, 0.5 ms at gamma 1, 0.8 ms at gamma 2
     for gamma, s_per_token in ((0, 1e-3), (1, 5e-4), (2, 8e-4)):
         policy.observe(StepResult(4, gamma, 100, 100 * s_per_token))
-    assert policy.speculation_gain(4) == pytest.approx(2.0)
+    assert policy.speculation_gain(4, 3.5) == pytest.approx(2.0)
     # key 16 has not tried every arm: bounded by the largest smaller key that ranks
     policy.observe(StepResult(16, 0, 100, 0.05))
-    assert policy.speculation_gain(16) == pytest.approx(2.0)
-    assert policy.speculation_gain(2) == 1.0  # nothing ranks at or below key 2
+    assert policy.speculation_gain(16, 3.5) == pytest.approx(2.0)
+    assert policy.speculation_gain(2, 3.5) == 3.5  # nothing ranks at or below key 2
     # the paper preset, and a policy that keeps no estimates, price nothing
-    assert build_policy("nightjar-paper", {}, rng=random.Random(0)).speculation_gain(4) is None
-    assert build_policy("fixed", {"gamma": 2}, rng=random.Random(0)).speculation_gain(4) is None
+    paper = build_policy("nightjar-paper", {}, rng=random.Random(0))
+    assert paper.speculation_gain(4, 3.5) is None
+    assert (
+        build_policy("fixed", {"gamma": 2}, rng=random.Random(0)).speculation_gain(4, 3.5) is None
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -365,37 +366,50 @@ def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
     assert e2e_on < 0.99 * e2e_off
 
 
-def test_an_outvalued_draft_is_offloaded_sooner_under_load() -> None:
+def test_an_outvalued_draft_is_offloaded_sooner_under_load_once_the_policy_has_evidence() -> None:
     """The suite's worst cell before the rule (4090, 2x crossover, seed 1): the 129-256
     batch key was still trying its arms when the pool filled, so the paper's condition
-    (speculation off) waited; the draft's memory, as KV cache, was worth more."""
-    from nightjar_ray.sim.experiments import default_contenders, run_contender
+    (speculation off) waited; the draft's memory, as KV cache, was worth more. A policy
+    warm-started from the pool knows how little speculation gains there and offloads
+    sooner. A cold one, before any key ranks its arms, weighs the draft at its best case
+    (about 4.9x for a draft 1% of the target's size), which memory a few percent of the
+    pool never beats: it waits for the paper's condition."""
+    from nightjar_ray.sim.experiments import (
+        WARM_START_SEED_OFFSET,
+        default_contenders,
+        run_contender,
+    )
     from nightjar_ray.sim.suite import suite_workload
 
     setting = get_setting("rtx4090-7b")
     workload = suite_workload("high", setting, 1)
+    earlier = suite_workload("high", setting, 1 + WARM_START_SEED_OFFSET)
     # NOTE: the queue-aware objective and the untried-arm bound stop speculating there
     # before the pool fills; this checks the memory rule on a policy that still
     # speculates under load.
     contenders = default_contenders(
         nightjar_params={"queue_aware": False, "untried_arm_bound": False}
     )
-    (nightjar,) = [c for c in contenders if c.label == "nightjar"]
-    runs = {
-        rule: run_contender(
-            setting, nightjar, workload, "sharegpt", 1, RunKnobs(offload_outvalued=rule)
+    (cold,) = [c for c in contenders if c.label == "nightjar"]
+    first_expand: dict[tuple[bool, bool], float] = {}
+    thr: dict[tuple[bool, bool], float] = {}
+    for warm, rule in itertools.product((True, False), (True, False)):
+        run = run_contender(
+            setting,
+            replace(cold, warm_start=warm),
+            workload,
+            "sharegpt",
+            1,
+            RunKnobs(offload_outvalued=rule),
+            warm_workload=earlier if warm else None,
         )
-        for rule in (True, False)
-    }
-    first_expand = {
-        rule: next(e.time_s for e in r.memory_events if e.kind == "expand")
-        for rule, r in runs.items()
-    }
-    assert first_expand[True] < first_expand[False] - 1.0
-    thr = {rule: summarize(r).throughput_tokens_per_s for rule, r in runs.items()}
-    # NOTE: 1.018 measured with the engine's step driver, which (unlike the simulator's
-    # former copy, 1.021) does not teach the policy while the draft is away.
-    assert thr[True] > 1.01 * thr[False]
+        first_expand[warm, rule] = next(e.time_s for e in run.memory_events if e.kind == "expand")
+        thr[warm, rule] = summarize(run).throughput_tokens_per_s
+    # warm: 13.3 s against 16.9 s, 1.019x the throughput (measured)
+    assert first_expand[True, True] < first_expand[True, False] - 1.0
+    assert thr[True, True] > 1.01 * thr[True, False]
+    # cold: 16.3 s against 16.4 s (a gain of 1.0 without evidence offloaded at 13.8 s)
+    assert abs(first_expand[False, True] - first_expand[False, False]) < 1.0
 
 
 def test_the_l20_trace_replay_keeps_the_draft_it_speculates_with() -> None:
