@@ -119,7 +119,7 @@ def app(
     http_port, metrics_port = free_port(), free_port()
     snapshot_dir = tmp_path_factory.mktemp("pool")
     ray.init(
-        address="local", num_cpus=8, _metrics_export_port=metrics_port, include_dashboard=False
+        address="local", num_cpus=12, _metrics_export_port=metrics_port, include_dashboard=False
     )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
