@@ -109,6 +109,8 @@ class StepDriver:
             observation_rule, draft_cost_ratio, draft_work_reported=policy.draft_gate
         )
         self.gate = DraftGate(draft_cost_ratio)
+        self._best_case_gain = max_speculation_gain(policy.gamma_max, draft_cost_ratio)
+        """:meth:`draft_value`'s answer for a policy with no evidence yet (fixed per run)."""
         self._pinned_price_s_per_token = pinned_prefill_price_s_per_token
         self._log_file = log_file
         self._log_every = log_interval_steps
@@ -292,9 +294,8 @@ class StepDriver:
         num_reqs = self._prev_num_reqs
         if num_reqs < 1:
             return None, 0
-        best_case = max_speculation_gain(self.policy.gamma_max, self.gate.draft_cost_ratio)
         with self.policy_lock:
-            return self.policy.speculation_gain(num_reqs, best_case), num_reqs
+            return self.policy.speculation_gain(num_reqs, self._best_case_gain), num_reqs
 
     def on_output(
         self,

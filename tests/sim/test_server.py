@@ -372,8 +372,8 @@ def test_an_outvalued_draft_is_offloaded_sooner_under_load_once_the_policy_has_e
     (speculation off) waited; the draft's memory, as KV cache, was worth more. A policy
     warm-started from the pool knows how little speculation gains there and offloads
     sooner. A cold one, before any key ranks its arms, weighs the draft at its best case
-    (about 4.9x for a draft 1% of the target's size), which memory a few percent of the
-    pool never beats: it waits for the paper's condition."""
+    (about 4.0x for a draft 6.5% of the target's size), which that draft's memory never
+    beats: it waits for the paper's condition."""
     from nightjar_ray.sim.experiments import (
         WARM_START_SEED_OFFSET,
         default_contenders,
