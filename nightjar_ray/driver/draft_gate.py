@@ -27,7 +27,8 @@ one, from ``l~[B, 0]`` alone):
   (a long prompt owed, a few tokens left) is stopped, and probes in steps that owe little
   still run, so no key freezes at gamma = 0;
 - a step whose key cannot rank its arms yet (``latency_estimates`` is ``None``), from
-  :meth:`Policy.latency_at_zero_s`.
+  :meth:`Policy.latency_at_zero_s` (nightjar: the largest smaller key's ``l~[., 0]``
+  where this key has none, an upper bound on it, so the best case stays a bound).
 
 With no ``c`` learned yet, or no ``l~[B, 0]`` sample, the gate stops only steps whose
 ``remaining`` is 0 (no gain at any price).

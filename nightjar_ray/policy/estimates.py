@@ -227,6 +227,17 @@ class ArmEstimates:
         key = self._key(num_reqs)
         return None if self.table.get(key, gamma) is None else self.means(key)[gamma]
 
+    def estimate_at_or_below(self, num_reqs: int, gamma: int) -> float | None:
+        """l~[B, gamma] at the key of ``num_reqs`` or, unseen there, at the largest
+        smaller key that has seen ``gamma`` (``None``: no key up to it has)."""
+        key = self._key(num_reqs)
+        if self.table.get(key, gamma) is not None:
+            return self.means(key)[gamma]
+        for k in reversed(self._sorted_keys()):
+            if k < key and self.table.get(k, gamma) is not None:
+                return self.means(k)[gamma]
+        return None
+
     def export(self) -> dict[str, dict[tuple[int, int], Cell]]:
         """Every table by name (what ``PolicyStats`` carries)."""
         tables = {LATENCY_TABLE: self.table.export()}

@@ -353,8 +353,11 @@ class NightjarPolicy(Policy):
         return None if num_reqs < 1 else self._estimates.ranked(self._key(num_reqs), num_reqs)
 
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
-        """l~[B, 0] once gamma = 0 has a sample at the key of ``num_reqs``."""
-        return None if num_reqs < 1 else self.estimate(num_reqs, 0)
+        """l~[B, 0] at the key of ``num_reqs`` once gamma = 0 has a sample there; before
+        that, at the largest smaller key that has one (time per token falls as B grows,
+        so a smaller batch's bounds this one's from above, as the gate's best case needs);
+        ``None`` while no key up to it has."""
+        return None if num_reqs < 1 else self._estimates.estimate_at_or_below(num_reqs, 0)
 
     def speculation_gain(self, num_reqs: int, best_case: float) -> float | None:
         """``l~[B, 0] / min_gamma l~[B, gamma]`` at the key of ``num_reqs`` once it ranks

@@ -80,6 +80,20 @@ def test_nightjar_reports_gamma_zero_latency_before_its_key_is_complete() -> Non
     assert policy.latency_at_zero_s(0) is None
 
 
+def test_a_key_gamma_zero_never_ran_at_reads_the_largest_smaller_key_that_did() -> None:
+    """A batch that just grew into a new key (B 128 -> 129) has no l~[B, 0] there yet. Time
+    per token falls as the batch grows, so a smaller key's l~[., 0] is an upper bound on
+    this one's and keeps the gate's best case a bound; without it the gate knows nothing
+    and drafts every request, its whole catch-up included, in a probe's step."""
+    policy = build_policy("nightjar", {"gamma_max": 2}, rng=random.Random(0))
+    policy.observe(StepResult(4, 0, 4, 0.040))
+    policy.observe(StepResult(100, 0, 100, 0.500))
+    assert policy.latency_at_zero_s(200) == pytest.approx(0.005)  # key 128's, not key 4's
+    assert policy.latency_at_zero_s(100) == pytest.approx(0.005)
+    assert policy.latency_at_zero_s(3) == pytest.approx(0.010)  # its own key, 4
+    assert policy.latency_at_zero_s(2) is None  # no key up to 2 ran gamma 0
+
+
 def test_exploration_probes_are_judged_by_their_best_case() -> None:
     gate = DraftGate(0.1)
     worse = [0.010, 0.012, 0.015]  # the probe's arm looks worse than gamma 0

@@ -390,3 +390,23 @@ def test_the_gate_of_a_policy_that_speculates_from_the_start_skips_long_prompts(
     batch = StepBatch(2, 2, 3, 0, 900, owed_tokens=(0, 0, 900), remaining_tokens=(80, 80, 5))
     played = driver.commit(batch, replace_gamma(driver.choose(2, 0), 3), 0.0)
     assert (played, driver.last_undrafted) == (3, frozenset({2}))
+
+
+def test_a_probe_in_a_key_gamma_zero_never_ran_at_skips_the_requests_it_cannot_catch_up() -> None:
+    """The batch grew from 128 into key 256 while the policy played gamma 0: the probe's
+    first step there has no l~[B, 0] at its own key. The gate prices it at key 128's,
+    so the requests that lag by a whole prompt stay undrafted (before, it knew nothing,
+    drafted all of them and paid every catch-up in one step) and the one in sync is
+    drafted."""
+    policy = build_policy("nightjar", {}, rng=random.Random(0))
+    driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+    driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
+    for _ in range(MIN_PREFILL_SAMPLES + 2):
+        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S + 1000 * 1e-4, 1000))
+    for _ in range(3):
+        policy.observe(StepResult(128, 0, 128, 0.025))
+    owed = (0, *(800,) * 128)
+    batch = StepBatch(129, 129, 129, 0, 0, owed_tokens=owed, remaining_tokens=(200,) * 129)
+    probe = dataclasses.replace(driver.choose(129, 0), gamma=1, explored=True)
+    assert driver.commit(batch, probe, 0.0) == 1
+    assert driver.last_undrafted == frozenset(range(1, 129))

@@ -367,13 +367,15 @@ def test_draft_gate_spares_long_prompts_with_short_outputs() -> None:
 
 
 def test_an_outvalued_draft_is_offloaded_sooner_under_load_once_the_policy_has_evidence() -> None:
-    """The suite's worst cell before the rule (4090, 2x crossover, seed 1): the 129-256
-    batch key was still trying its arms when the pool filled, so the paper's condition
-    (speculation off) waited; the draft's memory, as KV cache, was worth more. A policy
-    warm-started from the pool knows how little speculation gains there and offloads
-    sooner. A cold one, before any key ranks its arms, weighs the draft at its best case
-    (about 4.0x for a draft 6.5% of the target's size), which that draft's memory never
-    beats: it waits for the paper's condition."""
+    """The 4090 at 2x the crossover (workload seed 5): the 129-256 batch key was still
+    trying its arms when the pool filled, so the paper's condition (speculation off)
+    waited; the draft's memory, as KV cache, was worth more. A policy warm-started from
+    the pool knows how little speculation gains there and offloads sooner. A cold one,
+    before any key ranks its arms, weighs the draft at its best case (about 4.0x for a
+    draft 6.5% of the target's size), which that draft's memory never beats: it waits
+    for the paper's condition. (Seed 1, where this was first seen, no longer shows it:
+    since the draft gate prices a probe at a new key from the smaller key's gamma-0
+    time, speculation stops there as soon as the pool fills, rule or not.)"""
     from nightjar_ray.sim.experiments import (
         WARM_START_SEED_OFFSET,
         default_contenders,
@@ -382,8 +384,8 @@ def test_an_outvalued_draft_is_offloaded_sooner_under_load_once_the_policy_has_e
     from nightjar_ray.sim.suite import suite_workload
 
     setting = get_setting("rtx4090-7b")
-    workload = suite_workload("high", setting, 1)
-    earlier = suite_workload("high", setting, 1 + WARM_START_SEED_OFFSET)
+    workload = suite_workload("high", setting, 5)
+    earlier = suite_workload("high", setting, 5 + WARM_START_SEED_OFFSET)
     # NOTE: the queue-aware objective and the untried-arm bound stop speculating there
     # before the pool fills; this checks the memory rule on a policy that still
     # speculates under load.
@@ -399,16 +401,18 @@ def test_an_outvalued_draft_is_offloaded_sooner_under_load_once_the_policy_has_e
             replace(cold, warm_start=warm),
             workload,
             "sharegpt",
-            1,
+            5,
             RunKnobs(offload_outvalued=rule),
             warm_workload=earlier if warm else None,
         )
         first_expand[warm, rule] = next(e.time_s for e in run.memory_events if e.kind == "expand")
         thr[warm, rule] = summarize(run).throughput_tokens_per_s
-    # warm: 13.3 s against 16.9 s, 1.019x the throughput (measured)
+    # warm: 13.9 s against 17.5 s, 1.019x the throughput (measured)
     assert first_expand[True, True] < first_expand[True, False] - 1.0
     assert thr[True, True] > 1.01 * thr[True, False]
-    # cold: 16.3 s against 16.4 s (a gain of 1.0 without evidence offloaded at 13.8 s)
+    # cold: 12.0 s with and without the rule (here a key ranks before the pool fills, so
+    # this holds with a gain of 1.0 without evidence too; the best case itself is checked
+    # in tests/engine/test_stepper.py, draft_value)
     assert abs(first_expand[False, True] - first_expand[False, False]) < 1.0
 
 
