@@ -395,18 +395,26 @@ def test_the_gate_of_a_policy_that_speculates_from_the_start_skips_long_prompts(
 def test_a_probe_in_a_key_gamma_zero_never_ran_at_skips_the_requests_it_cannot_catch_up() -> None:
     """The batch grew from 128 into key 256 while the policy played gamma 0: the probe's
     first step there has no l~[B, 0] at its own key. The gate prices it at key 128's,
-    so the requests that lag by a whole prompt stay undrafted (before, it knew nothing,
-    drafted all of them and paid every catch-up in one step) and the one in sync is
-    drafted."""
-    policy = build_policy("nightjar", {}, rng=random.Random(0))
-    driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
-    driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
-    for _ in range(MIN_PREFILL_SAMPLES + 2):
-        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S + 1000 * 1e-4, 1000))
-    for _ in range(3):
-        policy.observe(StepResult(128, 0, 128, 0.025))
-    owed = (0, *(800,) * 128)
-    batch = StepBatch(129, 129, 129, 0, 0, owed_tokens=owed, remaining_tokens=(200,) * 129)
-    probe = dataclasses.replace(driver.choose(129, 0), gamma=1, explored=True)
-    assert driver.commit(batch, probe, 0.0) == 1
-    assert driver.last_undrafted == frozenset(range(1, 129))
+    so requests that lag by a whole prompt stay undrafted (before, it knew nothing,
+    drafted all of them and paid every catch-up in one step) and those in sync are
+    drafted. A probe that would leave more than three quarters of its decoding requests
+    undrafted plays gamma 0 instead: its step would be a far cheaper one than the arm's,
+    learned with the tokens of a batch it did not draft."""
+    for num_lagging, played in ((29, 1), (96, 1), (97, 0), (128, 0)):
+        policy = build_policy("nightjar", {}, rng=random.Random(0))
+        driver = StepDriver(policy, gamma_cap=4, clock=lambda: 0.0, draft_cost_ratio=0.1)
+        driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S, 0))
+        for _ in range(MIN_PREFILL_SAMPLES + 2):
+            driver.observation.observe(StepSample(1, 0, 0, 1, BASE_S + 1000 * 1e-4, 1000))
+        for _ in range(3):
+            policy.observe(StepResult(128, 0, 128, 0.025))
+        owed = (*(0,) * (129 - num_lagging), *(800,) * num_lagging)
+        batch = StepBatch(128, 129, 129, 0, 0, owed_tokens=owed, remaining_tokens=(200,) * 129)
+        probe = dataclasses.replace(driver.choose(129, 0), gamma=1, explored=True)
+        assert driver.commit(batch, probe, 0.0) == played
+        lagging = frozenset(range(129 - num_lagging, 129))
+        assert driver.last_undrafted == (lagging if played else frozenset())
+        assert driver.gate.num_undrafted_reqs == num_lagging
+    # an exploitation step is not a probe: it drafts the requests that pay, however few
+    exploit = dataclasses.replace(driver.choose(129, 0), gamma=1, explored=False)
+    assert driver.commit(batch, exploit, 0.0) == 1
