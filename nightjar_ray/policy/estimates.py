@@ -231,10 +231,8 @@ class ArmEstimates:
         """l~[B, gamma] at the key of ``num_reqs`` or, unseen there, at the largest
         smaller key that has seen ``gamma`` (``None``: no key up to it has)."""
         key = self._key(num_reqs)
-        if self.table.get(key, gamma) is not None:
-            return self.means(key)[gamma]
         for k in reversed(self._sorted_keys()):
-            if k < key and self.table.get(k, gamma) is not None:
+            if k <= key and self.table.get(k, gamma) is not None:
                 return self.means(k)[gamma]
         return None
 
