@@ -127,6 +127,7 @@ class DraftGate:
         explored: bool = False,
         latency_at_zero_s: float | None = None,
         probe_steps: int | None = None,
+        num_decode_reqs: int | None = None,
     ) -> frozenset[int]:
         """Indices of the requests the draft skips in a step that speculates with
         ``gamma`` (the ``request`` scope of the module docstring). ``owed_tokens`` and
@@ -134,8 +135,12 @@ class DraftGate:
         :meth:`allows`. ``probe_steps``: an exploration probe (``explored``) lasts that
         many steps, so a request's catch-up is weighed against the tokens the probe
         itself emits, ``probe_steps * (gamma + 1)`` at most, not its whole remaining
-        output (``None``: no such horizon). Counts a step it leaves no request in as
-        gated."""
+        output (``None``: no such horizon). A probe that would leave more than three
+        quarters of ``num_decode_reqs`` (the step's decoding requests; ``None``: all of
+        them) undrafted skips every request instead: its step would be a far cheaper one
+        than the arm's, learned as if the whole batch were drafted. Counts a step it
+        leaves no request in as gated, and the requests skipped in a step that still
+        speculates as undrafted."""
         if gamma <= 0:
             return frozenset()
         saving = _gain(gamma, estimates, 1, explored, latency_at_zero_s)
@@ -155,9 +160,11 @@ class DraftGate:
                 and (remaining if horizon is None else min(remaining, horizon)) < owed * price
             )
         )
-        self.num_undrafted_reqs += len(out)
-        if out and len(out) == len(owed_tokens):
+        num_decoding = len(owed_tokens) if num_decode_reqs is None else num_decode_reqs
+        if out and (len(out) == len(owed_tokens) or (explored and 4 * len(out) > 3 * num_decoding)):
             self.num_gated_steps += 1
+            return frozenset(range(len(owed_tokens)))
+        self.num_undrafted_reqs += len(out)
         return out
 
     def _stop(self) -> bool:

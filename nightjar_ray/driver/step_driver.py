@@ -174,9 +174,7 @@ class StepDriver:
     def commit(self, batch: StepBatch, choice: Choice, start_s: float) -> int:
         """Gate ``choice`` on the step's batch, record it; returns the gamma it plays and
         leaves the requests the draft skips in :attr:`last_undrafted`. The step plays
-        gamma 0 (gated) when the gate skips every request, and when an exploration probe
-        would leave over three quarters of the decoding requests undrafted: its step
-        would be a far cheaper one than the arm's, learned as if all were drafted."""
+        gamma 0 (gated) when the gate skips every request."""
         gamma, explored = choice.gamma, choice.explored
         undrafted: frozenset[int] = frozenset()
         num_owed = 0
@@ -185,10 +183,7 @@ class StepDriver:
                 undrafted = self._undrafted(batch, gamma, explored)
             owed = batch.owed_tokens
             num_owed = sum(owed[i] for i in range(len(owed)) if i not in undrafted)
-        gated = bool(undrafted) and (
-            len(undrafted) == len(batch.owed_tokens)
-            or (explored and 4 * len(undrafted) > 3 * batch.num_decode_reqs)
-        )
+        gated = bool(undrafted) and len(undrafted) == len(batch.owed_tokens)
         if gated:
             gamma, undrafted, num_owed = 0, frozenset(), 0
         self.last_undrafted = undrafted
@@ -273,6 +268,7 @@ class StepDriver:
                 explored,
                 at_zero,
                 policy.probe_steps,
+                batch.num_decode_reqs,
             )
         if batch.num_owed_tokens <= 0 or gate.allows(
             gamma,

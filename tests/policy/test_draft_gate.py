@@ -189,3 +189,24 @@ def test_a_probe_weighs_its_catch_up_against_its_own_steps_only() -> None:
     assert gate.undrafted(2, worse, (0, 400), (50, 50), PRICE, True, probe_steps=1) == {1}
     # an exploit is not a probe: the horizon does not apply
     assert gate.undrafted(2, ESTIMATES, (0, 400), (50, 50), PRICE, probe_steps=1) == set()
+
+
+def test_a_probe_that_would_draft_a_quarter_of_its_decoding_requests_or_fewer_is_gated() -> None:
+    """A probe's step is learned as the arm's: one that drafts a few requests is a far
+    cheaper step than the arm's. Skipping over three quarters of the decoding requests
+    skips them all, counted as a gated step (not as undrafted requests); an exploit
+    drafts whichever requests pay, however few."""
+    gate = DraftGate(0.1)
+    owed = (0, *(800,) * 4)  # one request in sync, four lag by a whole prompt
+    remaining = (50,) * 5
+    probe = gate.undrafted(2, ESTIMATES, owed, remaining, PRICE, True, None, 1, 5)
+    assert probe == frozenset(range(5))
+    assert (gate.num_gated_steps, gate.num_undrafted_reqs) == (1, 0)
+    # three of four lagging is not over three quarters: the probe drafts the one in sync
+    three = gate.undrafted(2, ESTIMATES, owed[1:], remaining[1:], PRICE, True, None, 1, 4)
+    assert three == frozenset(range(4))  # all four lag: nothing to draft, gated
+    mixed = (0, *(800,) * 3)
+    assert gate.undrafted(2, ESTIMATES, mixed, remaining[1:], PRICE, True, None, 1, 4) == {1, 2, 3}
+    assert (gate.num_gated_steps, gate.num_undrafted_reqs) == (2, 3)
+    exploit = gate.undrafted(2, ESTIMATES, owed, remaining, PRICE, False, None, 1, 5)
+    assert exploit == frozenset()  # 50 tokens at 4 ms save 200 ms, over 80 ms of draft work

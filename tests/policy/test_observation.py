@@ -414,7 +414,9 @@ def test_a_probe_in_a_key_gamma_zero_never_ran_at_skips_the_requests_it_cannot_c
         assert driver.commit(batch, probe, 0.0) == played
         lagging = frozenset(range(129 - num_lagging, 129))
         assert driver.last_undrafted == (lagging if played else frozenset())
-        assert driver.gate.num_undrafted_reqs == num_lagging
+        # the gate decides and counts: a gated probe is a gated step, not undrafted requests
+        assert driver.gate.num_undrafted_reqs == (num_lagging if played else 0)
+        assert driver.gate.num_gated_steps == (0 if played else 1)
     # an exploitation step is not a probe: it drafts the requests that pay, however few
     exploit = dataclasses.replace(driver.choose(129, 0), gamma=1, explored=False)
     assert driver.commit(batch, exploit, 0.0) == 1
