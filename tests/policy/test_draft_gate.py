@@ -202,9 +202,10 @@ def test_a_probe_that_would_draft_a_quarter_of_its_decoding_requests_or_fewer_is
     probe = gate.undrafted(2, ESTIMATES, owed, remaining, PRICE, True, None, 1, 5)
     assert probe == frozenset(range(5))
     assert (gate.num_gated_steps, gate.num_undrafted_reqs) == (1, 0)
+    # all four lag: nothing to draft, gated
+    four = gate.undrafted(2, ESTIMATES, owed[1:], remaining[1:], PRICE, True, None, 1, 4)
+    assert four == frozenset(range(4))
     # three of four lagging is not over three quarters: the probe drafts the one in sync
-    three = gate.undrafted(2, ESTIMATES, owed[1:], remaining[1:], PRICE, True, None, 1, 4)
-    assert three == frozenset(range(4))  # all four lag: nothing to draft, gated
     mixed = (0, *(800,) * 3)
     assert gate.undrafted(2, ESTIMATES, mixed, remaining[1:], PRICE, True, None, 1, 4) == {1, 2, 3}
     assert (gate.num_gated_steps, gate.num_undrafted_reqs) == (2, 3)
