@@ -170,8 +170,9 @@ class ArmEstimates:
     ) -> list[float] | None:
         """``untried_arm_bound``: settled arms keep their estimates; an unsettled arm is
         priced at the larger of two lower bounds: the nearest settled arm below it times
-        the two arms' ratio at the nearest smaller key that settled both, and, once a
-        settled arm lost to a smaller one, that arm's estimate. ``None`` until gamma 0 is
+        the two arms' ratio at the nearest smaller key that settled both (or a larger
+        ratio a key between proves, :meth:`_smaller_ratio`), and, once a settled arm lost
+        to a smaller one, that arm's estimate. ``None`` until gamma 0 is
         settled, or while some arm has neither bound."""
         if not self.settled(key, counts[0]):
             return None
@@ -192,13 +193,41 @@ class ArmEstimates:
         return row
 
     def _smaller_ratio(self, smaller: list[int], gamma: int, below: int) -> float | None:
-        """l~[k, gamma] / l~[k, below] at the largest key of ``smaller`` that settled both."""
+        """A lower bound on l~[key, gamma] / l~[key, below] from the smaller keys (``smaller``,
+        largest first): the two arms' ratio at the largest that settled both, raised where
+        a key between lower-bounds it by unimodality (it settled ``below`` and an arm
+        between the two that lost to a smaller one, so ``gamma``, further out, costs at
+        least that arm). ``None`` where no smaller key settled both."""
+        bound = 0.0
         for k in smaller:
             counts = self.table.counts[k]
-            if self.settled(k, counts[gamma]) and self.settled(k, counts[below]):
-                means = self.means(k)
-                return means[gamma] / means[below] if means[below] > 0.0 else None
+            if not self.settled(k, counts[below]):
+                continue
+            means = self.means(k)
+            if means[below] <= 0.0:
+                return None
+            if self.settled(k, counts[gamma]):
+                return max(bound, means[gamma] / means[below])
+            past = self._past_mode(k, counts, means, below, gamma)
+            if past is not None:
+                bound = max(bound, means[past] / means[below])
         return None
+
+    def _past_mode(
+        self, key: int, counts: list[float], means: list[float], below: int, gamma: int
+    ) -> int | None:
+        """The largest settled arm of ``key`` strictly between ``below`` and ``gamma`` that
+        costs more than a settled smaller arm (past the mode: every longer arm costs at
+        least it), or ``None``."""
+        best: float | None = None
+        found: int | None = None
+        for g in range(gamma):
+            if not self.settled(key, counts[g]):
+                continue
+            if g > below and best is not None and means[g] > best:
+                found = g
+            best = means[g] if best is None else min(best, means[g])
+        return found
 
     def means_at(self, key: int, num_reqs: int) -> list[float]:
         """l~[B, gamma] per gamma at B = ``num_reqs`` (``batch_curve``; else the key's)."""

@@ -58,8 +58,10 @@ whose best arm changes inside its range plays each side's arm.
 ``untried_arm_bound`` (beyond the paper, the default): once gamma 0 is settled at a key,
 an arm the key has not settled is priced by a lower bound instead of being played to find
 out: the nearest settled arm below it times the two arms' ratio at the nearest smaller
-key that settled both (speculation's relative cost does not fall as B grows), and, once a
-settled arm lost to a smaller one, that arm's estimate (latency per token is unimodal in
+key that settled both (speculation's relative cost does not fall as B grows), raised to
+the ratio of a longer arm that lost to a shorter one at a key in between (unimodality
+there: the untried arm, further out, costs at least that one), and, once a settled arm
+lost to a smaller one at this key, that arm's estimate (latency per token is unimodal in
 gamma). Eq. (4) runs over the filled row, so an untried arm plays only where even its
 optimistic price ranks best. An arm no bound prices is tried in order, as exploration:
 for ``explore_bin_steps`` steps of a bin, and while requests wait only in exploration bins

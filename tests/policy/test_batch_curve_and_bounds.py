@@ -123,6 +123,30 @@ def test_untried_arms_are_priced_from_a_smaller_key() -> None:
     assert policy.exploit(64, 60, 0) == best16 > 0
 
 
+def test_a_key_between_that_lost_past_its_mode_bounds_the_longer_arms() -> None:
+    """Key 16 knows every arm (gamma 4 pays there); key 64 settled gamma 0-3 only, and
+    gamma 3 lost to a shorter arm; key 128 has tried gamma 0 alone. gamma 4's bound at
+    key 128 is not key 16's ratio, far below, but at least key 64's gamma 3 over gamma 0:
+    relative cost does not fall as B grows, and past the mode a longer arm costs more."""
+    policy = _policy()
+    for _ in range(5):
+        for g in TOKENS_PER_REQ:
+            policy.observe(_step(16, g))
+        for g in range(4):
+            policy.observe(_step(60, g))
+    for _ in range(3):
+        policy.observe(_step(120, 0))
+    at60 = [_step_s(60, g) / (60 * TOKENS_PER_REQ[g]) for g in range(4)]
+    assert at60[3] > min(at60[:3])  # past the mode at key 64
+    row = policy.latency_estimates(120)
+    assert row is not None
+    assert row[4] >= row[0] * at60[3] / at60[0] * 0.95
+    # key 16's ratio alone would have priced gamma 4 the best arm at B = 120
+    at16 = [_step_s(16, g) / (16 * TOKENS_PER_REQ[g]) for g in TOKENS_PER_REQ]
+    assert row[0] * at16[4] / at16[0] < min(row[:4])
+    assert policy.exploit(128, 120, 0) == 1
+
+
 def test_no_smaller_key_means_the_arm_is_tried_first() -> None:
     """A key below every key that knows its arms has no lower bound: it tries in order."""
     policy = _policy()

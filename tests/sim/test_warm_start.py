@@ -52,16 +52,18 @@ def test_the_warm_policy_holds_the_earlier_statistics_and_fresh_schedules() -> N
 
 
 def test_a_warm_start_skips_the_cold_plays_of_every_arm_at_large_batches() -> None:
-    """Measured where a cold key still plays gamma 4 (tokens per request from each arm's
-    own steps): the paired acceptance depths (the default) let the bounds price it from
-    the arms below before a cold key at B >= 33 plays it at all."""
-    unpaired = {"paired_acceptance": False}
-    cold = _gamma_max_steps_at_large_batches(False, unpaired)
-    warm = _gamma_max_steps_at_large_batches(True, unpaired)
-    # a cold key plays untried arms, gamma 4 included, until its bounds can price them
+    """Measured where a cold key still plays gamma 4: with the paper's rule that a key
+    tries every arm (no untried-arm bound); a warm key ranks its arms from the pool's
+    statistics at once. With the defaults' bounds no cold key at B >= 33 plays it at all
+    (since the bound takes the ratios of keys in between, with unpaired acceptance too)."""
+    tries = {"untried_arm_bound": False}
+    cold = _gamma_max_steps_at_large_batches(False, tries)
+    warm = _gamma_max_steps_at_large_batches(True, tries)
+    # a cold key plays untried arms, gamma 4 included, before trusting any estimate
     assert cold >= 3, cold
     assert warm <= cold // 4, (warm, cold)  # a warm key ranks its arms from the start
     assert _gamma_max_steps_at_large_batches(False) == 0
+    assert _gamma_max_steps_at_large_batches(False, {"paired_acceptance": False}) == 0
 
 
 def test_a_warm_contender_without_an_earlier_run_is_refused() -> None:
