@@ -54,8 +54,8 @@ def test_the_warm_policy_holds_the_earlier_statistics_and_fresh_schedules() -> N
 def test_a_warm_start_skips_the_cold_plays_of_every_arm_at_large_batches() -> None:
     """Measured where a cold key still plays gamma 4: with the paper's rule that a key
     tries every arm (no untried-arm bound); a warm key ranks its arms from the pool's
-    statistics at once. With the defaults' bounds no cold key at B >= 33 plays it at all
-    (since the bound takes the ratios of keys in between, with unpaired acceptance too)."""
+    statistics at once. With the defaults' bounds, paired acceptance or not, no cold key at
+    B >= 33 plays it at all."""
     tries = {"untried_arm_bound": False}
     cold = _gamma_max_steps_at_large_batches(False, tries)
     warm = _gamma_max_steps_at_large_batches(True, tries)
