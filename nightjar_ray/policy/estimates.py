@@ -8,7 +8,8 @@ latency per token the policy ranks for a key (``ranked``)::
 
     key complete (every arm settled)    its own estimates, at the step's B (batch_curve)
     untried_arm_bound                   settled arms' estimates; each unsettled arm at a
-                                        lower bound (smaller key's ratio, unimodality)
+                                        lower bound (smaller key's step time or ratio,
+                                        unimodality)
     share_across_keys                   unsettled arms from the nearest complete key
     otherwise                           None: the key tries its arms first
 
@@ -63,6 +64,7 @@ class ArmEstimates:
         self._curve = BatchCurve(num_arms) if config.batch_curve and self._prior else None
         self._share = config.share_across_keys
         self._bound = config.untried_arm_bound
+        self._zero_bound_max_key = config.gamma_zero_bound_max_reqs
         self._min_tokens = config.min_arm_tokens_per_req
         self.table = ArmTable(num_arms)
         self.complete_keys: set[int] = set()
@@ -135,10 +137,16 @@ class ArmEstimates:
         means = self.means(key)
         return min(settled, key=means.__getitem__)
 
-    def ranked(self, key: int, num_reqs: int | None = None) -> list[float] | None:
+    def ranked(
+        self, key: int, num_reqs: int | None = None, *, own_zero: bool = False
+    ) -> list[float] | None:
         """The row Eq. (4) ranks for ``key`` (module docstring; at ``num_reqs`` on the batch
-        curve where given); ``None`` while the key must try an arm first."""
+        curve where given); ``None`` while the key must try an arm first, and, with
+        ``own_zero``, while gamma 0 is priced by a bound, not settled (what the draft gate
+        and elastic memory's gain read: gamma 0's own estimate)."""
         counts = self.table.counts_row(key)
+        if own_zero and not self.settled(key, counts[0]):
+            return None
         if key in self.complete_keys:
             return self.means(key) if num_reqs is None else self.means_at(key, num_reqs)
         if self._bound:
@@ -152,15 +160,18 @@ class ArmEstimates:
         scale = sum(means[g] / prior[g] for g in tried) / len(tried) if tried else 1.0
         return [means[g] if counts[g] > 0.0 else scale * prior[g] for g in range(len(counts))]
 
-    def ranked_at_or_below(self, key: int, above: int = 0) -> list[float] | None:
+    def ranked_at_or_below(
+        self, key: int, above: int = 0, *, own_zero: bool = False
+    ) -> list[float] | None:
         """The row of the largest key in ``(above, key]`` that ranks its arms (``None``:
-        none does). Walks down from ``key`` and stops at the first."""
+        none does; ``own_zero`` as :meth:`ranked`). Walks down from ``key`` and stops at
+        the first."""
         if key in self.complete_keys or self.table.counts.get(key) is not None:
-            row = self.ranked(key)
+            row = self.ranked(key, own_zero=own_zero)
             if row is not None:
                 return row
         for k in sorted((k for k in self.table.counts if above < k < key), reverse=True):
-            row = self.ranked(k)
+            row = self.ranked(k, own_zero=own_zero)
             if row is not None:
                 return row
         return None
@@ -169,28 +180,54 @@ class ArmEstimates:
         self, key: int, counts: list[float], num_reqs: int | None
     ) -> list[float] | None:
         """``untried_arm_bound``: settled arms keep their estimates; an unsettled arm is
-        priced at the larger of two lower bounds: the nearest settled arm below it times
-        the two arms' ratio at the nearest smaller key that settled both (or a larger
-        ratio a key between proves, :meth:`_smaller_ratio`), and, once a settled arm lost
-        to a smaller one, that arm's estimate. ``None`` until gamma 0 is
-        settled, or while some arm has neither bound."""
-        if not self.settled(key, counts[0]):
+        priced at the largest lower bound that applies: a smaller key's step time over B
+        (:meth:`_monotone_bound`); the nearest settled arm below it times the two arms'
+        ratio at the nearest smaller key that settled both (or a larger ratio a key
+        between proves, :meth:`_smaller_ratio`); and, once a settled arm lost to a smaller
+        one, that arm's estimate. ``None`` while some arm has no bound, and, above
+        ``gamma_zero_bound_max_reqs``, until gamma 0 is settled."""
+        zero_settled = self.settled(key, counts[0])
+        if not zero_settled and (self._curve is None or key > self._zero_bound_max_key):
             return None
         row = list(self.means(key) if num_reqs is None else self.means_at(key, num_reqs))
-        below, best_below = 0, row[0]
+        below: int | None = 0 if zero_settled else None
+        best_below = row[0] if zero_settled else math.inf
         smaller: list[int] | None = None
-        for gamma in range(1, len(counts)):
+        for gamma in range(len(counts)):
             if self.settled(key, counts[gamma]):
                 below, best_below = gamma, min(best_below, row[gamma])
                 continue
             if smaller is None:
                 smaller = sorted((k for k in self.table.counts if k < key), reverse=True)
-            ratio = self._smaller_ratio(smaller, gamma, below)
-            past_best = row[below] > best_below
-            if ratio is None and not past_best:
+            bounds = [self._monotone_bound(smaller, gamma, key if num_reqs is None else num_reqs)]
+            if below is not None:
+                ratio = self._smaller_ratio(smaller, gamma, below)
+                if ratio is not None:
+                    bounds.append(row[below] * ratio)
+                if row[below] > best_below:
+                    bounds.append(row[below])
+            known = [b for b in bounds if b is not None]
+            if not known:
                 return None
-            row[gamma] = max(row[below] * (ratio or 0.0), row[below] if past_best else 0.0)
+            row[gamma] = max(known)
         return row
+
+    def _monotone_bound(self, smaller: list[int], gamma: int, num_reqs: int) -> float | None:
+        """A lower bound on l~[B, gamma] at B = ``num_reqs`` from the nearest smaller key
+        that settled ``gamma``: its mean step time (step time does not fall as B grows) over
+        B requests at its tokens per request, ``l~[k, gamma] * B~ / B``."""
+        curve, prior = self._curve, self._prior
+        if curve is None or prior is None:
+            return None
+        for k in smaller:
+            if not self.settled(k, self.table.counts[k][gamma]):
+                continue
+            points = curve.points(k, self.table, prior.table)
+            point = None if points is None else points[gamma]
+            if point is None:
+                continue
+            return self.means(k)[gamma] * point[0] / num_reqs
+        return None
 
     def _smaller_ratio(self, smaller: list[int], gamma: int, below: int) -> float | None:
         """A lower bound on l~[key, gamma] / l~[key, below] from the smaller keys (``smaller``,

@@ -55,16 +55,22 @@ batch size: each (key, gamma) keeps its mean step time at its mean B, and the es
 B interpolates step time between neighbouring keys (``policy/batch_curve.py``), so a key
 whose best arm changes inside its range plays each side's arm.
 
-``untried_arm_bound`` (beyond the paper, the default): once gamma 0 is settled at a key,
-an arm the key has not settled is priced by a lower bound instead of being played to find
-out: the nearest settled arm below it times the two arms' ratio at the nearest smaller
-key that settled both (speculation's relative cost does not fall as B grows), raised to
-the ratio of a longer arm that lost to a shorter one at a key in between (unimodality
-there: the untried arm, further out, costs at least that one), and, once a settled arm
-lost to a smaller one at this key, that arm's estimate (latency per token is unimodal in
-gamma). Eq. (4) runs over the filled row, so an untried arm plays only where even its
-optimistic price ranks best. An arm no bound prices is tried in order, as exploration:
-for ``explore_bin_steps`` steps of a bin, and while requests wait only in exploration bins
+``untried_arm_bound`` (beyond the paper, the default): an arm the key has not settled is
+priced by a lower bound instead of being played to find out, the largest of: the nearest
+smaller key's mean step time for it over B requests' tokens (step time does not fall as
+B grows); the nearest settled arm below it times the two arms' ratio at the nearest
+smaller key that settled both (speculation's relative cost does not fall as B grows),
+raised to the ratio of a longer arm that lost to a shorter one at a key in between
+(unimodality there: the untried arm, further out, costs at least that one); and, once a
+settled arm lost to a smaller one at this key, that arm's estimate (latency per token is
+unimodal in gamma). Eq. (4) runs over the filled row, so an untried arm plays only where
+even its optimistic price ranks best. Gamma 0 is priced so (by the step-time bound) only
+at keys up to ``gamma_zero_bound_max_reqs``: a new key there plays the arm the smaller
+key's step times rank first and tries gamma 0 only where its bound still ranks best; a
+larger key tries gamma 0 first, since the draft gate and elastic memory's gain read a key
+only once its gamma 0 is its own estimate, not a bound, and the gain decides a whole
+surge's draft memory. An arm no bound prices is tried in order, as exploration: for
+``explore_bin_steps`` steps of a bin, and while requests wait only in exploration bins
 (an exploitation bin plays the best settled arm).
 
 ``draft_gate`` (beyond the paper, the default) exposes the ranked row through
@@ -352,7 +358,9 @@ class NightjarPolicy(Policy):
     def latency_estimates(self, num_reqs: int) -> list[float] | None:
         """The row Eq. (4) ranks for ``num_reqs`` (``None``: the key cannot rank every
         arm yet)."""
-        return None if num_reqs < 1 else self._estimates.ranked(self._key(num_reqs), num_reqs)
+        if num_reqs < 1:
+            return None
+        return self._estimates.ranked(self._key(num_reqs), num_reqs, own_zero=True)
 
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
         """l~[B, 0] at the key of ``num_reqs`` once gamma = 0 has a sample there; before
@@ -370,7 +378,7 @@ class NightjarPolicy(Policy):
         ``price_draft_memory`` off (the paper preset)."""
         if not self.config.price_draft_memory:
             return None
-        means = self._estimates.ranked_at_or_below(self._key(max(num_reqs, 1)))
+        means = self._estimates.ranked_at_or_below(self._key(max(num_reqs, 1)), own_zero=True)
         return best_case if means is None else means[0] / min(means)
 
     def observe(self, result: StepResult) -> None:

@@ -120,6 +120,18 @@ class NightjarParams(PolicyConfig):
             "arm before trusting any estimate."
         ),
     )
+    gamma_zero_bound_max_reqs: int = Field(
+        16,
+        ge=0,
+        description=(
+            "With untried_arm_bound: at batch sizes whose key is at most this, gamma = 0 "
+            "too is priced before it is tried, by the nearest smaller key's step time "
+            "over B requests (step time does not fall as B grows), so a new key plays "
+            "the arm those bounds rank best; larger keys try gamma = 0 first, the "
+            "evidence the draft gate and elastic memory's gain read. 0: every key tries "
+            "gamma = 0 first."
+        ),
+    )
     min_arm_tokens_per_req: float = Field(
         1.0,
         ge=0.0,
@@ -186,6 +198,7 @@ PRESETS: Final[Mapping[str, Mapping[str, Any]]] = {
         "explore_bin_steps": None,
         "share_across_keys": False,
         "untried_arm_bound": False,
+        "gamma_zero_bound_max_reqs": 0,
         "min_arm_tokens_per_req": 0.0,
         "draft_gate": False,
         "queue_aware": False,

@@ -147,6 +147,36 @@ def test_a_key_between_that_lost_past_its_mode_bounds_the_longer_arms() -> None:
     assert policy.exploit(128, 120, 0) == 1
 
 
+def test_a_key_without_gamma_zero_prices_it_by_a_smaller_keys_step_time() -> None:
+    """Key 4 knows every arm; key 16 has tried nothing. Step time does not fall as B
+    grows, so each arm costs at least key 4's step time over B requests' tokens: the key
+    plays the arm those bounds rank best, not gamma 0 first, and once gamma 4 is settled
+    gamma 0 (at least 0.0204 s over 12 tokens) is priced out without being played."""
+    bound, paper = _policy(), _policy(untried_arm_bound=False)
+    for policy in (bound, paper):
+        for _ in range(5):
+            for g in TOKENS_PER_REQ:
+                policy.observe(_step(4, g))
+    row = bound._estimates.ranked(16, 12)
+    assert row is not None
+    assert bound.latency_estimates(12) is None  # the gate and the gain need gamma 0's own
+    for g in TOKENS_PER_REQ:
+        # tokens per request as the steps emit them (rounded), on 12 requests
+        per_req = _step(4, g).num_tokens / 4
+        true = _step_s(12, g) / _step(12, g).num_tokens
+        assert _step_s(4, g) / (12 * per_req) * 0.95 <= row[g] <= true
+    assert bound.exploit(16, 12, 0) == _true_best(4, 5) == 4
+    assert paper.exploit(16, 12, 0) == 0  # the paper's rule: untried arms in order
+    played = []
+    for _ in range(12):  # Eq. 4 plays its arm; each sample settles it (2 steps at key 16)
+        gamma = bound.exploit(16, 12, 0)
+        played.append(gamma)
+        bound.observe(_step(12, gamma))
+    row = bound._estimates.ranked(16, 12)
+    assert row is not None and row[0] >= _step_s(4, 0) / 12 * 0.95 > min(row)
+    assert 0 not in played and played[-1] > 0
+
+
 def test_no_smaller_key_means_the_arm_is_tried_first() -> None:
     """A key below every key that knows its arms has no lower bound: it tries in order."""
     policy = _policy()
@@ -219,6 +249,48 @@ def test_speculation_gain_reads_bounded_rows_not_only_complete_keys() -> None:
     assert row is not None and row[3:] == [row[2]] * 2
     gain = policy.speculation_gain(200, 5.0)  # key 256 has seen nothing: the largest key below
     assert gain == pytest.approx(row[0] / row[1], rel=1e-9) and gain > 1.2
+
+
+def test_speculation_gain_reads_a_key_only_once_its_gamma_zero_is_its_own() -> None:
+    """Key 16 prices gamma 0 by key 4's step time and ranks its arms, but a bound on
+    l~[B, 0] would understate the gain the memory rule gives the draft up on: the gain (and
+    the draft gate's row) read key 4's row until key 16 settles gamma 0 itself."""
+    policy = _policy()
+    for _ in range(5):
+        for g in TOKENS_PER_REQ:
+            policy.observe(_step(4, g))
+    for _ in range(2):
+        policy.observe(_step(12, 4))
+    estimates = policy._estimates
+    at4, at16 = estimates.ranked(4), estimates.ranked(16)
+    assert at4 is not None and at16 is not None  # key 16 ranks with gamma 0 bounded
+    assert policy.latency_estimates(12) is None
+    assert policy.speculation_gain(12, 5.0) == pytest.approx(at4[0] / min(at4), rel=1e-9)
+    for _ in range(2):  # 24 tokens of gamma 0 settle it at key 16
+        policy.observe(_step(12, 0))
+    at16 = estimates.ranked(16)
+    assert at16 is not None and policy.latency_estimates(12) is not None
+    assert policy.speculation_gain(12, 5.0) == pytest.approx(at16[0] / min(at16), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("max_reqs", "num_reqs", "tries_zero"),
+    [(32, 12, False), (32, 40, True), (64, 40, False), (0, 12, True)],
+)
+def test_gamma_zero_is_priced_before_trying_only_up_to_its_max_key(
+    max_reqs: int, num_reqs: int, tries_zero: bool
+) -> None:
+    """Keys up to ``gamma_zero_bound_max_reqs`` price gamma 0 by a smaller key's step time
+    and play the arm the bounds rank best; a larger key tries gamma 0 first (the evidence
+    the gain and the gate read); 0 turns the step-time bound for gamma 0 off."""
+    policy = _policy(gamma_zero_bound_max_reqs=max_reqs)
+    for _ in range(5):
+        for g in TOKENS_PER_REQ:
+            policy.observe(_step(num_reqs // 3, g))
+    key = policy._key(num_reqs)
+    assert key > policy._key(num_reqs // 3)
+    gamma = policy.exploit(key, num_reqs, 0)
+    assert (gamma == 0) is tries_zero, gamma
 
 
 def _drafted_step(rng: random.Random, num_reqs: int, gamma: int) -> StepResult:
