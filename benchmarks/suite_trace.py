@@ -117,7 +117,7 @@ def print_table(when: str, policy: NightjarPolicy, sizes: Sequence[int]) -> None
         key = key_of(num_reqs)
         arms = range(policy.gamma_max + 1)
         tokens = [round(cells.get((key, g), (0.0, 0.0))[0]) for g in arms]
-        row = policy.latency_estimates(num_reqs)
+        row = policy.ranked_row(num_reqs)
         ranked = "none" if row is None else " ".join(f"{x * 1e3:.3f}" for x in row)
         print(f"  B {num_reqs:4d} key {key:4d}: tokens {tokens} | {ranked}")
 

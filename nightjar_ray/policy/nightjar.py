@@ -356,11 +356,17 @@ class NightjarPolicy(Policy):
         return self._gate and self.config.draft_gate_scope == "request"
 
     def latency_estimates(self, num_reqs: int) -> list[float] | None:
-        """The row Eq. (4) ranks for ``num_reqs`` (``None``: the key cannot rank every
-        arm yet)."""
+        """The row Eq. (4) ranks for ``num_reqs`` once its key has gamma 0's own estimate
+        (``None`` before, and while the key cannot rank every arm): what the draft gate
+        reads."""
         if num_reqs < 1:
             return None
         return self._estimates.ranked(self._key(num_reqs), num_reqs, own_zero=True)
+
+    def ranked_row(self, num_reqs: int) -> list[float] | None:
+        """The row Eq. (4) ranks for ``num_reqs``, gamma 0 at its bound where the key has
+        not settled it (``None``: the key cannot rank every arm yet)."""
+        return None if num_reqs < 1 else self._estimates.ranked(self._key(num_reqs), num_reqs)
 
     def latency_at_zero_s(self, num_reqs: int) -> float | None:
         """l~[B, 0] at the key of ``num_reqs`` once gamma = 0 has a sample there; before
