@@ -114,10 +114,11 @@ class NightjarParams(PolicyConfig):
     untried_arm_bound: bool = Field(
         True,
         description=(
-            "Once a key has tried gamma = 0, price each arm it has not tried from the "
-            "nearest tried arm below it at their ratio at the nearest smaller key (a lower "
-            "bound), and play it only if that bound ranks best; False: a key tries every "
-            "arm before trusting any estimate."
+            "Price each arm a key has not tried by a lower bound (a smaller key's step "
+            "time over B requests; the nearest tried arm below it times their ratio at "
+            "the nearest smaller key; unimodality) and play it only if that bound ranks "
+            "best; gamma = 0 so only up to gamma_zero_bound_max_reqs. False: a key tries "
+            "every arm before trusting any estimate."
         ),
     )
     gamma_zero_bound_max_reqs: int = Field(
