@@ -187,7 +187,7 @@ class ArmEstimates:
         one, that arm's estimate. ``None`` while some arm has no bound, and, above
         ``gamma_zero_bound_max_reqs``, until gamma 0 is settled."""
         zero_settled = self.settled(key, counts[0])
-        if not zero_settled and (self._curve is None or key > self._zero_bound_max_key):
+        if not zero_settled and key > self._zero_bound_max_key:
             return None
         row = list(self.means(key) if num_reqs is None else self.means_at(key, num_reqs))
         below: int | None = 0 if zero_settled else None
