@@ -106,49 +106,18 @@ Each parameter's default and when to change it: docs/policies.md, "Configuration
 
 from __future__ import annotations
 
-import math
 import random
-from collections.abc import Callable
 from typing import Any
 
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.bucketing import bucket_fn, bucket_span_fn
 from nightjar_ray.policy.estimates import LATENCY_TABLE, ArmEstimates
 from nightjar_ray.policy.presets import NightjarParams
+from nightjar_ray.policy.schedule import BinListener, KeySchedule
 from nightjar_ray.policy.stats import PolicyStats
 from nightjar_ray.policy.switch_cost import SwitchCostTable
 
 __all__ = ["LATENCY_TABLE", "NightjarPaperPolicy", "NightjarPolicy"]
-
-BinListener = Callable[[int, int, int, bool, int], None]
-"""Called at each bin start with (key, j_B, b_B, explored, gamma), and with explored
-False when ``explore_bin_steps`` ends a probe and the bin turns to exploitation."""
-
-
-class _KeySchedule:
-    """Block/bin counters of one batch-size key (Algorithm 1 lines 3, 19-25)."""
-
-    __slots__ = ("ahead", "arm", "b", "exploring", "j", "sqrt_h", "tau")
-
-    def __init__(
-        self, j: int = 1, b: int = 1, tau: int = 1, arm: int = 0, exploring: bool = False
-    ) -> None:
-        self.j, self.b, self.tau, self.arm = j, b, tau, arm
-        self.exploring = exploring
-        self.ahead: tuple[int, int, int | None] | None = None
-        """(lo, hi, arm): Eq. 4's arm for the key ahead, locked for the bin under way while
-        the batch ahead stays in that key's span ``lo..hi`` (``_lock_ahead``)."""
-        self.sqrt_h = math.sqrt(2 ** (j - 1))
-
-    def close_bin(self) -> None:
-        """tau passed sqrt(H): the next bin starts, and the next block when due. One round
-        played is ``tau += 1`` and, when ``tau > sqrt_h``, this (inline in ``choose``)."""
-        self.b += 1
-        self.tau = 1
-        if self.b > self.sqrt_h:
-            self.j += 1
-            self.sqrt_h = math.sqrt(2 ** (self.j - 1))
-            self.b = 1
 
 
 class NightjarPolicy(Policy):
@@ -175,8 +144,8 @@ class NightjarPolicy(Policy):
         self._bound = config.untried_arm_bound
         self._gate = config.draft_gate
         self._queue_aware = config.queue_aware
-        self._schedules: dict[int, _KeySchedule] = {}
-        self._by_reqs: dict[int, tuple[int, _KeySchedule]] = {}
+        self._schedules: dict[int, KeySchedule] = {}
+        self._by_reqs: dict[int, tuple[int, KeySchedule]] = {}
         """batch size -> (its key, the key's schedule): one lookup per ``choose``."""
         self._prev_gamma = 0
         self.bin_listener: BinListener | None = None
@@ -221,7 +190,7 @@ class NightjarPolicy(Policy):
         self._prev_gamma = gamma
         return gamma
 
-    def _schedule_of(self, num_reqs: int, max_skip_tokens: int) -> tuple[int, _KeySchedule]:
+    def _schedule_of(self, num_reqs: int, max_skip_tokens: int) -> tuple[int, KeySchedule]:
         """The key of ``num_reqs`` and its schedule (created on first use), remembered per
         batch size; refuses arguments no step can have."""
         if num_reqs < 1 or max_skip_tokens < 0:
@@ -231,12 +200,12 @@ class NightjarPolicy(Policy):
         key = self._key(num_reqs)
         sched = self._schedules.get(key)
         if sched is None:
-            sched = self._schedules[key] = _KeySchedule()
+            sched = self._schedules[key] = KeySchedule()
         entry = self._by_reqs[num_reqs] = (key, sched)
         return entry
 
     def _start_bin(
-        self, key: int, sched: _KeySchedule, num_reqs: int, skip: int, queued: bool
+        self, key: int, sched: KeySchedule, num_reqs: int, skip: int, queued: bool
     ) -> int:
         """Lines 8-15: explore with probability 1/b_B, else exploit Eq. (4). While
         requests wait (``queued``) a probe only looks down (:meth:`_explore_arm`)."""
@@ -255,7 +224,7 @@ class NightjarPolicy(Policy):
             self.bin_listener(key, sched.j, sched.b, explore, gamma)
         return gamma
 
-    def _trial(self, key: int, sched: _KeySchedule, gamma: int, queued: bool) -> int:
+    def _trial(self, key: int, sched: KeySchedule, gamma: int, queued: bool) -> int:
         """``untried_arm_bound``: trying an arm no bound prices is exploration: it plays
         for a probe's ``explore_bin_steps`` (then the bin plays the best settled arm), and
         an exploitation bin does not try it while requests wait, who would pay for its
@@ -267,7 +236,7 @@ class NightjarPolicy(Policy):
         return gamma
 
     def _lock_ahead(
-        self, key: int, sched: _KeySchedule, num_reqs: int, num_reqs_ahead: int, skip: int
+        self, key: int, sched: KeySchedule, num_reqs: int, num_reqs_ahead: int, skip: int
     ) -> tuple[int, int, int | None]:
         """:meth:`_exploit_ahead`, locked for the rest of the bin of ``key`` as the bin's
         own arm is (``choose`` recomputes it at a bin start or when the key ahead changes,
@@ -294,11 +263,11 @@ class NightjarPolicy(Policy):
                 return None
         return self._eq4(means, num_reqs, max_skip_tokens)
 
-    def _probe_done(self, sched: _KeySchedule) -> bool:
+    def _probe_done(self, sched: KeySchedule) -> bool:
         """An exploration bin has played its probe for ``explore_bin_steps`` steps."""
         return self._explore_steps is not None and sched.tau > self._explore_steps
 
-    def _end_probe(self, key: int, sched: _KeySchedule, num_reqs: int, skip: int) -> int:
+    def _end_probe(self, key: int, sched: KeySchedule, num_reqs: int, skip: int) -> int:
         """The rest of a capped exploration bin exploits (counted as neither bin kind)."""
         sched.exploring = False
         gamma = self.exploit(key, num_reqs, skip)
@@ -405,19 +374,14 @@ class NightjarPolicy(Policy):
     def local_state(self) -> dict[str, Any]:
         return {
             "prev_gamma": self._prev_gamma,
-            "schedules": [
-                [k, s.j, s.b, s.tau, s.arm, s.exploring] for k, s in sorted(self._schedules.items())
-            ],
+            "schedules": [[k, *s.to_list()] for k, s in sorted(self._schedules.items())],
         }
 
     def load_local_state(self, state: dict[str, Any]) -> None:
         self._prev_gamma = int(state.get("prev_gamma", 0))
-        # NOTE: a schedule of 5 fields (a snapshot without ``exploring``) loads as not
-        # exploring.
         self._by_reqs = {}
         self._schedules = {
-            int(k): _KeySchedule(int(j), int(b), int(tau), int(arm), bool(rest and rest[0]))
-            for k, j, b, tau, arm, *rest in state.get("schedules", [])
+            int(k): KeySchedule.from_list(fields) for k, *fields in state.get("schedules", [])
         }
 
 

@@ -141,3 +141,24 @@ def test_explore_bin_steps_caps_the_probe_and_keeps_the_schedule() -> None:
         step += length
     probe_steps = {cap: sum(flag for _, _, flag in t.steps) for cap, t in traces.items()}
     assert probe_steps[2] * 4 < probe_steps[None]
+
+
+def test_local_state_round_trips_and_an_older_snapshot_loads_as_not_exploring() -> None:
+    """A restored replica resumes every key's block, bin, step and arm where it stopped;
+    a snapshot from before ``exploring`` was kept (4 fields a key) loads as exploiting."""
+    policy = _policy(5, exploration="local", explore_bin_steps=2)
+    Trace(policy, bowl_env({1: 3, 8: 2}), seed=5).run([1, 8] * 300)
+    state = policy.local_state()
+    restored = _policy(6)
+    restored.load_local_state(state)
+    assert restored.local_state() == state
+    assert any(len(fields) == 6 for fields in state["schedules"])
+    old = {
+        "prev_gamma": 1,
+        "schedules": [[k, j, b, tau, arm] for k, j, b, tau, arm, _ in state["schedules"]],
+    }
+    restored.load_local_state(old)
+    assert [fields[-1] for fields in restored.local_state()["schedules"]] == [False] * len(
+        old["schedules"]
+    )
+    assert [fields[:5] for fields in restored.local_state()["schedules"]] == old["schedules"]
