@@ -6,13 +6,17 @@ their counters read from the policy actors before an app is deleted.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 from nightjar_ray.loadgen.bench import CONTENDER_EXTRAS, CONTENDERS
 
 MODEL_ID = "bench"
 KV_BLOCKS = 128
+POOL_DIR = "policy-pool"
+"""The folder under ``--out`` that holds the run's policy-pool snapshots."""
 
 
 def contender_args(
@@ -21,9 +25,12 @@ def contender_args(
     params: dict[str, Any],
     extras: dict[str, Any] | None = None,
     enforce_eager: bool = False,
+    snapshot_dir: str | None = None,
 ) -> dict[str, Any]:
     """One contender's app config: the main job's config with another policy and, from
-    ``extras``, other ``nightjar:`` fields (``nightjar-elastic``: elastic memory on)."""
+    ``extras``, other ``nightjar:`` fields (``nightjar-elastic``: elastic memory on);
+    ``snapshot_dir``: where its policy actor keeps the pool (the run's own directory, so
+    no contender starts from what an earlier run learned)."""
     from nightjar_ray.cli.demo import demo_app_args
 
     args = demo_app_args(pair, 1)
@@ -35,8 +42,19 @@ def contender_args(
     if enforce_eager:
         args["engine_kwargs"]["enforce_eager"] = True
     nightjar = {**args["nightjar"], "policy": policy, "policy_params": params}
+    if snapshot_dir is not None:
+        nightjar["pooling"] = {**nightjar.get("pooling", {}), "snapshot_dir": snapshot_dir}
     args["nightjar"] = {**nightjar, **(extras or {})}
     return args
+
+
+def fresh_pool_dir(out: Path) -> Path:
+    """``out/policy-pool``, emptied: where this run's policy actors snapshot their pools
+    (every contender starts cold; the pools learned stay beside the results)."""
+    pools = (out / POOL_DIR).resolve()
+    shutil.rmtree(pools, ignore_errors=True)
+    pools.mkdir(parents=True)
+    return pools
 
 
 def start_serve(http_port: int, max_apps: int) -> str:
@@ -48,7 +66,7 @@ def start_serve(http_port: int, max_apps: int) -> str:
     return f"http://127.0.0.1:{http_port}"
 
 
-def deploy(pair: str, names: list[str], enforce_eager: bool) -> None:
+def deploy(pair: str, names: list[str], enforce_eager: bool, snapshot_dir: str) -> None:
     from ray import serve
 
     from nightjar_ray.serve import build_app
@@ -57,7 +75,7 @@ def deploy(pair: str, names: list[str], enforce_eager: bool) -> None:
         policy, params = CONTENDERS[name]
         print(f"deploying {name} ({policy} {params or ''})", file=sys.stderr, flush=True)
         extras = CONTENDER_EXTRAS.get(name)
-        app = build_app(contender_args(pair, policy, params, extras, enforce_eager))
+        app = build_app(contender_args(pair, policy, params, extras, enforce_eager, snapshot_dir))
         serve.run(app, name=name, route_prefix=f"/{name}")
 
 

@@ -29,7 +29,13 @@ from nightjar_ray.cli.args import (
     names,
     output_file,
 )
-from nightjar_ray.cli.bench_local import MODEL_ID, deploy, retire, start_serve
+from nightjar_ray.cli.bench_local import (
+    MODEL_ID,
+    deploy,
+    fresh_pool_dir,
+    retire,
+    start_serve,
+)
 from nightjar_ray.loadgen.bench import (
     BASELINE,
     CONTENDERS,
@@ -202,13 +208,14 @@ def _measure_local(
     from nightjar_ray.loadgen.bench import endpoint_runner, run_rounds
 
     chosen = _chosen(args)
+    pools = fresh_pool_dir(args.out)
     url = start_serve(args.http_port, max(len(w) for w in waves))
     capacity, result = args.capacity_rps, BenchResult()
     counts: dict[str, Any] = {}
     started = time.time()
     for i, wave in enumerate(waves):
         print(f"wave {i}: {','.join(wave)}", file=sys.stderr, flush=True)
-        deploy(args.pair, wave, args.enforce_eager)
+        deploy(args.pair, wave, args.enforce_eager, str(pools))
         endpoints = {name: Endpoint(name, f"{url}/{name}", MODEL_ID) for name in wave}
         if capacity is None:
             capacity = _calibrate(endpoints[BASELINE], min(args.duration_s, 60.0), headers)

@@ -239,3 +239,21 @@ def test_replica_reports_sum_into_one_apps_counters() -> None:
     again = add_counts(total, sum_reports(reports[:1]))  # the same app in a second wave
     assert again["steps_by_gamma"] == [11, 4, 0, 3]
     assert again["memory_events"] == {"offload": 2}
+
+
+def test_each_run_keeps_its_contenders_pools_in_a_fresh_folder(tmp_path: Path) -> None:
+    """A contender's policy actor snapshots its pool under the run's ``--out``, emptied at
+    the start: a name used by an earlier run (``nightjar``) must not start from what that
+    run learned, or the first round is warm for it and cold for a new name."""
+    from nightjar_ray.cli.bench_local import contender_args, fresh_pool_dir
+    from nightjar_ray.engine import NightjarConfig
+
+    stale = tmp_path / "policy-pool" / "nightjar-policy.nightjar.bench.0.json"
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    pools = fresh_pool_dir(tmp_path)
+    assert pools == stale.parent.resolve() and not any(pools.iterdir())
+    args = contender_args("default", "nightjar", {}, snapshot_dir=str(pools))
+    config = NightjarConfig.model_validate(args["nightjar"])
+    assert config.pooling.snapshot_dir == str(pools)
+    assert config.pooling.sync_interval_s == 1.0  # the main job's other pooling fields stay
