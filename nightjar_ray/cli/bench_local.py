@@ -41,10 +41,10 @@ def contender_args(
     args["engine_kwargs"]["num_gpu_blocks_override"] = KV_BLOCKS
     if enforce_eager:
         args["engine_kwargs"]["enforce_eager"] = True
-    nightjar = {**args["nightjar"], "policy": policy, "policy_params": params}
+    nightjar = {**args["nightjar"], "policy": policy, "policy_params": params, **(extras or {})}
     if snapshot_dir is not None:
         nightjar["pooling"] = {**nightjar.get("pooling", {}), "snapshot_dir": snapshot_dir}
-    args["nightjar"] = {**nightjar, **(extras or {})}
+    args["nightjar"] = nightjar
     return args
 
 
