@@ -169,10 +169,24 @@ def e2e(res: dict[str, Any], max_tokens: int) -> str:
     return out
 
 
+def host_line(data: dict[str, Any]) -> str | None:
+    """The host the run's absolute times belong to; None for runs recorded before
+    bench_engine.py kept one."""
+    h = data.get("host")
+    if h is None:
+        return None
+    return (
+        f"Host: {h['cpu']}, {h['num_cpus']} CPUs, torch CPU kernels "
+        f"{h['torch_cpu_capability']}, torch {h['torch']}, vLLM {h['vllm']}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", type=Path, help="bench_engine.py's JSON (its --out).")
     data = json.loads(p.parse_args().results.read_text())
+    if (line := host_line(data)) is not None:
+        print(line + "\n")
     if "overhead" in data:
         print("Scheduler overhead\n\n" + overhead(data["overhead"]))
     if "skip" in data:

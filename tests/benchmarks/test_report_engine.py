@@ -37,3 +37,21 @@ def test_nightjar_is_tested_against_each_engine_and_the_aa_control_against_off()
     table = report.learner_table(res)
     assert "| nightjar / off | 4 | 1.100 (higher in 12 of 12; p 0.000) | - |" in table
     assert f"| {report.AA_CONTROL} / off | 4 | 1.000 (higher in 0 of 12; p 1.000) | - |" in table
+
+
+def test_the_report_names_the_host_a_run_was_timed_on() -> None:
+    """Absolute tok/s differ several-fold between AVX2 and AVX512 hosts of one kind."""
+    data = {
+        "host": {
+            "cpu": "AMD EPYC",
+            "num_cpus": 2,
+            "torch_cpu_capability": "AVX2",
+            "torch": "2.9.0",
+            "vllm": "0.32.0",
+            "python": "3.11.7",
+        }
+    }
+    assert report.host_line(data) == (
+        "Host: AMD EPYC, 2 CPUs, torch CPU kernels AVX2, torch 2.9.0, vLLM 0.32.0"
+    )
+    assert report.host_line({"args": {}}) is None
