@@ -18,6 +18,9 @@ LEARNER = "nightjar"  # every other label in the e2e line-up is a static choice
 # module needs vLLM, this one runs anywhere); a second `off`: the noise, not a choice.
 AA_CONTROL = "off (A/A control)"
 MIXED_SEQUENCE = (1, 4, 16, 48)
+STATIC_POLICIES = frozenset({"off", "fixed", "vllm-static"})
+"""Policies that choose gamma by a fixed rule (at most per batch size): what the verdict's
+"best static" ranges over (not another nightjar configuration, such as the step gate)."""
 
 
 def overhead(res: dict[str, Any]) -> str:
@@ -81,10 +84,22 @@ def paired(res: dict[str, Any], a: str, b: str, batch: str) -> str:
     return f" (per round {statistics.median(ratios):.3f}, {min(ratios):.3f}..{max(ratios):.3f})"
 
 
-def verdict(res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int) -> str:
-    """nightjar against the best static choice per batch size and over the mixed sequence."""
+def static_labels(res: dict[str, Any], e2e_policies: str | None) -> list[str]:
+    """The labels of ``res`` whose engine runs a static policy, by the run's
+    ``--e2e-policies`` (label, policy, params); a run of the default line-up, where every
+    engine but nightjar's runs one: every label but nightjar's and the A/A control's."""
+    if not e2e_policies:
+        return [s for s in res if s not in (LEARNER, AA_CONTROL)]
+    policy = {label: name for label, name, _ in json.loads(e2e_policies)}
+    return [s for s in res if policy.get(s) in STATIC_POLICIES]
+
+
+def verdict(
+    res: dict[str, Any], batches: list[str], mixed: bool, max_tokens: int, static: list[str]
+) -> str:
+    """nightjar against the best of the ``static`` choices per batch size and over the
+    mixed sequence."""
     nj = res[LEARNER]["tokens_per_s"]
-    static = [s for s in res if s not in (LEARNER, AA_CONTROL)]
     out = ""
     for b in batches:
         best = max(static, key=lambda s: res[s]["tokens_per_s"][b])
@@ -152,14 +167,16 @@ def learner_table(res: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def e2e(res: dict[str, Any], max_tokens: int) -> str:
+def e2e(res: dict[str, Any], args: dict[str, Any]) -> str:
+    max_tokens = args["max_tokens"]
     batches = list(res["off"]["tokens_per_s"])
     mixed = {int(b) for b in batches} == set(MIXED_SEQUENCE)
     out = table(res, batches, mixed, max_tokens)
     out += "\nPer round, over `off`'s in the same round: median (range)\n\n" + paired_table(res)
     if LEARNER in res:
         out += "\nPer round, paired\n\n" + learner_table(res)
-        out += "\n" + verdict(res, batches, mixed, max_tokens)
+        static = static_labels(res, args.get("e2e_policies"))
+        out += "\n" + verdict(res, batches, mixed, max_tokens, static)
         warm = res[LEARNER].get("warmup_tokens_per_s")
         if warm:
             off = res["off"]["tokens_per_s"]
@@ -192,7 +209,7 @@ def main() -> None:
     if "skip" in data:
         print("gamma=0: true skip vs stock K=0\n\n" + skip(data["skip"]))
     if "e2e" in data:
-        print("End to end (tok/s, ratio to off)\n\n" + e2e(data["e2e"], data["args"]["max_tokens"]))
+        print("End to end (tok/s, ratio to off)\n\n" + e2e(data["e2e"], data["args"]))
 
 
 if __name__ == "__main__":

@@ -55,3 +55,30 @@ def test_the_report_names_the_host_a_run_was_timed_on() -> None:
         "Host: AMD EPYC, 2 CPUs, torch CPU kernels AVX2, torch 2.9.0, vLLM 0.32.0"
     )
     assert report.host_line({"args": {}}) is None
+
+
+def test_the_best_static_is_chosen_among_static_policies_only() -> None:
+    """A line-up with another nightjar configuration (the step gate) faster than every
+    static: the verdict's best static is still the fastest static policy's engine."""
+    res = {
+        label: {"tokens_per_s": {"4": tps}}
+        for label, tps in [
+            ("off", 1.0),
+            ("nightjar", 1.3),
+            ("nightjar step-gate", 1.25),
+            ("fixed-2", 1.2),
+            ("fixed-3", 1.1),
+            (report.AA_CONTROL, 1.0),
+        ]
+    }
+    lineup = (
+        '[["off","off",{}],["nightjar","nightjar",{}],'
+        '["nightjar step-gate","nightjar",{"draft_gate_scope":"step"}],'
+        '["fixed-2","fixed",{"gamma":2}],["fixed-3","fixed",{"gamma":3}]]'
+    )
+    static = report.static_labels(res, lineup)
+    assert static == ["off", "fixed-2", "fixed-3"]
+    verdict = report.verdict(res, ["4"], False, 64, static)
+    assert verdict.startswith("B=4: nightjar / best static (fixed-2) 1.083")
+    # a run of the default line-up (no --e2e-policies): every engine but nightjar's
+    assert report.static_labels(res, None) == ["off", "nightjar step-gate", "fixed-2", "fixed-3"]
