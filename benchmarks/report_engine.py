@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-LEARNER = "nightjar"  # every other label in the e2e line-up is a static choice
+LEARNER = "nightjar"  # the learner every other engine of the e2e line-up is judged against
 # NOTE: the label bench_engine.py gives its --aa-control engine (not imported: that
 # module needs vLLM, this one runs anywhere); a second `off`: the noise, not a choice.
 AA_CONTROL = "off (A/A control)"
