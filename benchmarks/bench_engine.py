@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -41,6 +39,7 @@ from typing import Any, Literal
 from nightjar_ray.engine import NightjarConfig
 from nightjar_ray.engine.offline import offline_engine, random_prompts, run_batch
 from nightjar_ray.engine.testing_config import TestingConfig
+from nightjar_ray.loadgen.host import host_record
 from nightjar_ray.models.pair import ModelPair, PairSpec, generate_pair
 from nightjar_ray.policy import PRESETS
 
@@ -356,37 +355,11 @@ def bench_e2e(pair: ModelPair, args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def host() -> dict[str, Any]:
-    """What the run's absolute times depend on: CPU model, the vector ISA torch's CPU
-    kernels use (AVX2, AVX512, AMX differ several-fold), cores, versions."""
-    import torch
-    import vllm
-
-    return {
-        "cpu": _cpu_model(),
-        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "num_cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "vllm": vllm.__version__,
-        "python": platform.python_version(),
-    }
-
-
-def _cpu_model() -> str:
-    """``model name`` from /proc/cpuinfo (Linux); platform's processor string elsewhere."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def main() -> None:
     args = parse_args()
     pair = generate_pair(args.pair_dir, PairSpec(residual_scale=0.05))
     parts = set(args.parts.split(","))
-    out: dict[str, Any] = {"args": vars(args), "host": host()}
+    out: dict[str, Any] = {"args": vars(args), "host": host_record()}
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     for part, fn in (("overhead", bench_overhead), ("skip", bench_skip), ("e2e", bench_e2e)):

@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from nightjar_ray.loadgen.host import host_line
+
 LEARNER = "nightjar"  # the learner every other engine of the e2e line-up is judged against
 # NOTE: the label bench_engine.py gives its --aa-control engine (not imported: that
 # module needs vLLM, this one runs anywhere); a second `off`: the noise, not a choice.
@@ -186,23 +188,11 @@ def e2e(res: dict[str, Any], args: dict[str, Any]) -> str:
     return out
 
 
-def host_line(data: dict[str, Any]) -> str | None:
-    """The host the run's absolute times belong to; None for runs recorded before
-    bench_engine.py kept one."""
-    h = data.get("host")
-    if h is None:
-        return None
-    return (
-        f"Host: {h['cpu']}, {h['num_cpus']} CPUs, torch CPU kernels "
-        f"{h['torch_cpu_capability']}, torch {h['torch']}, vLLM {h['vllm']}"
-    )
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", type=Path, help="bench_engine.py's JSON (its --out).")
     data = json.loads(p.parse_args().results.read_text())
-    if (line := host_line(data)) is not None:
+    if (line := host_line(data.get("host"))) is not None:
         print(line + "\n")
     if "overhead" in data:
         print("Scheduler overhead\n\n" + overhead(data["overhead"]))

@@ -46,6 +46,7 @@ from nightjar_ray.loadgen.bench import (
     plan_waves,
     scenarios,
 )
+from nightjar_ray.loadgen.host import host_line, host_record, same_host
 from nightjar_ray.workload.trace import TRACE_ENV, resolve_trace
 
 SCENARIO_NAMES = (*SCENARIOS, "trace")
@@ -198,7 +199,7 @@ def _command(argv: list[str]) -> str:
 def _meta(args: argparse.Namespace, capacity: float | None, started: float) -> dict[str, Any]:
     return {"capacity_rps": capacity, "rounds": args.rounds, "duration_s": args.duration_s,
             "wall_s": time.time() - started, "cpus": os.cpu_count(),
-            "command": _command(sys.argv[2:])}  # fmt: skip
+            "command": _command(sys.argv[2:]), "host": host_record()}  # fmt: skip
 
 
 def _measure_local(
@@ -272,12 +273,22 @@ def _load(paths: list[Path]) -> tuple[BenchResult, dict[str, Any]]:
         values = {round(m[key], 3) if isinstance(m[key], float) else m[key] for m in metas}
         if len(values) > 1:
             raise UsageError(f"--render: the files differ in {key}: {values}")
+    hosts = [m["host"] for m in metas if m.get("host") is not None]
+    if any(not same_host(hosts[0], h) for h in hosts[1:]):
+        names = sorted({host_line(h) or "" for h in hosts})
+        raise UsageError(f"--render: the files differ in host: {names}")
     runs = "; ".join(f"`{m['command']}`" for m in metas if "command" in m)
     meta = {**metas[0], "files": [str(p) for p in paths], "runs": runs}
     return result, meta
 
 
+# Whose host the record names: local contenders are served on the machine bench-serve
+# runs on; endpoints are served wherever the user runs them.
+_WHOSE_HOST = ("", " (bench-serve's own; the endpoints' hosts are not recorded)")
+
+
 def _header(result: BenchResult, meta: dict[str, Any], command: str) -> str:
+    host = host_line(meta.get("host"))
     if meta.get("endpoints"):
         served = ", ".join(
             f"`{n}` = {e['url']} (`{e['model']}`)" for n, e in meta["endpoints"].items()
@@ -290,6 +301,7 @@ def _header(result: BenchResult, meta: dict[str, Any], command: str) -> str:
         f" per scenario, {result.num_waves()} wave(s), capacity {meta['capacity_rps']:.3f} req/s"
         f" ({meta['cpus']} CPUs). Command: `{command}`"
         + (f" (the saved runs: {meta['runs']})." if meta.get("runs") else ".")
+        + (f" {host}{_WHOSE_HOST[bool(meta.get('endpoints'))]}." if host else "")
     )
 
 

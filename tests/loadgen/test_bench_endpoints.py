@@ -130,6 +130,7 @@ def test_bench_serve_runs_paired_rounds_against_the_given_endpoints(
     report = (tmp_path / "bench.md").read_text()
     assert f"Endpoints `off` = {one.url} (`served-by-one`)" in report
     assert "| nj | " in report
+    assert data["meta"]["host"]["cpu"] and "(bench-serve's own; the endpoints'" in report
     assert "--header '***'" in report and "X-Team" not in report
     assert "Failed requests in the whole run: 0." in capsys.readouterr().out
 
