@@ -144,10 +144,7 @@ class DraftGate:
         if gamma <= 0:
             return frozenset()
         saving = _gain(gamma, estimates, 1, explored, latency_at_zero_s)
-        price = None
-        if saving is not None and target_prefill_s_per_token is not None:
-            cost = self.draft_cost_ratio * target_prefill_s_per_token
-            price = cost / saving if saving > 0.0 else math.inf
+        price = self._price(saving, target_prefill_s_per_token)
         horizon = probe_steps * (gamma + 1) if explored and probe_steps is not None else None
         pairs = enumerate(zip(owed_tokens, remaining_tokens, strict=True))
         out = frozenset(
@@ -166,6 +163,17 @@ class DraftGate:
             return frozenset(range(len(owed_tokens)))
         self.num_undrafted_reqs += len(out)
         return out
+
+    def _price(
+        self, saving: float | None, target_prefill_s_per_token: float | None
+    ) -> float | None:
+        """Output tokens a request must have left per token it owes the draft, for
+        speculation's ``saving`` per token to earn the draft's work back (``None``: not
+        priced; ``inf``: speculation saves nothing)."""
+        if saving is None or target_prefill_s_per_token is None:
+            return None
+        cost = self.draft_cost_ratio * target_prefill_s_per_token
+        return cost / saving if saving > 0.0 else math.inf
 
     def _stop(self) -> bool:
         self.num_gated_steps += 1

@@ -107,6 +107,24 @@ def depth_counts(accepted: list[int], gamma: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def as_if_all_drafted(
+    num_tokens: int, gamma: int, num_decode_reqs: int, num_draft_tokens: int, num_accepted: int
+) -> int:
+    """The decode tokens a step at ``gamma`` would have emitted had the draft run over
+    every one of its ``num_decode_reqs`` decoding requests (the gate's request scope;
+    ``gamma`` 0: no such scope, ``num_tokens`` as they were). The undrafted ones emitted
+    one token each, and counting them so would read the arm's acceptance low, so a gate
+    pricing a drafted request's saving from it would skip ever more requests. (Their
+    verification was one token, not gamma + 1: the step's time stays as it ran.)"""
+    if gamma <= 0 or num_draft_tokens <= 0:
+        return num_tokens
+    num_drafted = num_draft_tokens / gamma
+    num_undrafted = num_decode_reqs - num_drafted
+    if num_undrafted <= 0:
+        return num_tokens
+    return num_tokens + round(num_undrafted * num_accepted / num_drafted)
+
+
 class _DecayedMean:
     __slots__ = ("total", "weight")
 

@@ -30,13 +30,7 @@ gamma_t drafts::
 
 Which steps the policy learns from, and with what time, is the shared
 :class:`~nightjar_ray.driver.observation.ObservationRule` (the simulator runs the
-same object): a step is a sample only when g_t == g_{t-1} (exactly one speculative
-iteration with that gamma; a transition step mixes two gammas and carries the
-catch-up, which Eq. (4) charges through C_switch). By default
-(``prefill-corrected``) a step that also carries prefill chunks is a sample with
-the target's learned prefill cost taken out, so the draft's prefill of new prompts
-stays charged to speculation; ``pure`` drops such steps, ``step`` keeps their wall
-time. Tokens are the decoding requests' (a prompt's first token is not a decode).
+same object): only steps with g_t == g_{t-1}, their prefill chunks priced out.
 
 Timing with async scheduling. vLLM's async scheduler schedules step t+1
 before step t's output is processed, so "end minus start" of one step would
@@ -63,7 +57,7 @@ import json
 import logging
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import IO, Any
 
@@ -72,11 +66,16 @@ from nightjar_ray.driver.draft_gate import (
     DraftGate,
     max_speculation_gain,
 )
-from nightjar_ray.driver.observation import DEFAULT_OBSERVATION_RULE, ObservationRule, StepSample
+from nightjar_ray.driver.observation import (
+    DEFAULT_OBSERVATION_RULE,
+    ObservationRule,
+    StepSample,
+    as_if_all_drafted,
+)
 from nightjar_ray.driver.queue import QueueState, batch_ahead
 from nightjar_ray.driver.step import Choice, StepBatch, StepDecision
 from nightjar_ray.metrics.telemetry import EngineTelemetry
-from nightjar_ray.policy import Policy
+from nightjar_ray.policy import Policy, StepResult
 
 logger = logging.getLogger(__name__)
 
@@ -241,23 +240,9 @@ class StepDriver:
 
     def _undrafted(self, batch: StepBatch, gamma: int, explored: bool) -> frozenset[int]:
         """The draft gate's verdict on this step (caller holds the lock): the requests the
-        draft skips; all of them when the step may not speculate.
-
-        The gain is priced at the batch size the step's requests decode in next: those
-        that sample now (decodes and last prompt chunks), not the decoding count, so three
-        prompts joining one decode are priced at B=4, where a token saves less. A prompt
-        with chunks to go is not counted: by the time it decodes the batch has moved on."""
-        num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
+        draft skips; all of them when the step may not speculate."""
+        estimates, at_zero, c = self._gate_prices(batch)
         policy, gate = self.policy, self.gate
-        # NOTE: a step that owes the draft nothing is not priced (the gate then stops only
-        # requests with nothing left to emit), so the policy's rows are not read.
-        owes = any(batch.owed_tokens)
-        estimates = policy.latency_estimates(num_reqs) if owes else None
-        # NOTE: the gate reads l~[B, 0] from ``estimates`` when there are any.
-        at_zero = policy.latency_at_zero_s(num_reqs) if owes and estimates is None else None
-        c = self._pinned_price_s_per_token
-        if c is None:
-            c = self.observation.prefill_price_s_per_token
         if policy.gates_per_request:
             return gate.undrafted(
                 gamma,
@@ -281,6 +266,27 @@ class StepDriver:
         ):
             return frozenset()
         return frozenset(range(len(batch.owed_tokens)))
+
+    def _gate_prices(
+        self, batch: StepBatch
+    ) -> tuple[Sequence[float] | None, float | None, float | None]:
+        """(l~[B, gamma] per gamma or ``None``, l~[B, 0] where those are ``None``, the
+        target's prefill seconds per token) the gate prices this step with.
+
+        B is the batch size the step's requests decode in next: those that sample now
+        (decodes and last prompt chunks), not the decoding count, so three prompts joining
+        one decode are priced at B=4, where a token saves less. A prompt with chunks to go
+        is not counted: by the time it decodes the batch has moved on. A step that owes
+        the draft nothing is not priced (the gate then stops only requests with nothing
+        left to emit), so the policy's rows are not read."""
+        num_reqs = max(batch.num_sampling_reqs, batch.num_decode_reqs, 1)
+        owes = any(batch.owed_tokens)
+        estimates = self.policy.latency_estimates(num_reqs) if owes else None
+        at_zero = self.policy.latency_at_zero_s(num_reqs) if owes and estimates is None else None
+        c = self._pinned_price_s_per_token
+        if c is None:
+            c = self.observation.prefill_price_s_per_token
+        return estimates, at_zero, c
 
     @property
     def sd_disabled(self) -> bool:
@@ -312,71 +318,73 @@ class StepDriver:
         model); else it is measured with the clock (module docstring)."""
         end_s = self._clock()
         decision = self._pending.popleft()
-        duration = end_s - max(self._last_end_s, decision.start_s)
-        if duration_s is not None:
-            duration = duration_s
+        if duration_s is None:
+            duration_s = end_s - max(self._last_end_s, decision.start_s)
         self._last_end_s = end_s
         num_accepted = min(num_accepted_tokens, num_draft_tokens)
-        num_decode_tokens = num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs)
         reaching = (
             num_reqs_reaching if len(num_reqs_reaching) == decision.verified_gamma + 1 else ()
         )
-        result = (
-            None
-            if decision.draft_away
-            else self.observation.observe(
-                StepSample(
-                    decision.num_reqs if decision.num_decode_reqs > 0 else 0,
-                    decision.verified_gamma,
-                    decision.gamma,
-                    self._as_if_all_drafted(
-                        decision, num_decode_tokens, num_draft_tokens, num_accepted
-                    ),
-                    duration,
-                    decision.num_prefill_tokens,
-                    num_draft_tokens,
-                    num_accepted,
-                    decision.num_drafted_owed_tokens,
-                    reaching,
-                )
+        result = None
+        if not decision.draft_away:
+            sample = self._sample(
+                decision, num_tokens, num_draft_tokens, num_accepted, duration_s, reaching
             )
-        )
+            result = self.observation.observe(sample)
         done = replace(
             decision,
             num_tokens=num_tokens,
             num_draft_tokens=num_draft_tokens,
             num_accepted_tokens=num_accepted,
             num_reqs_reaching=reaching,
-            duration_s=duration,
+            duration_s=duration_s,
             observed=result is not None,
         )
         if result is not None:
-            with self.policy_lock:
-                self.policy.observe(result)
-            self.num_observed += 1
-            depths = result.num_reqs_reaching
-            self.telemetry.on_observed(
-                result.num_tokens, result.duration_s, sum(depths) - depths[-1] if depths else 0
-            )
+            self._learn(result)
         self._record(done)
         return done
 
-    def _as_if_all_drafted(
-        self, decision: StepDecision, num_tokens: int, num_draft_tokens: int, num_accepted: int
-    ) -> int:
-        """The decode tokens the step would have emitted had the draft run over every
-        decoding request (request scope): the undrafted ones emitted one token each, and
-        counting them as they were would read the arm's acceptance low, so a gate pricing
-        a drafted request's saving from it would skip ever more requests. (Their
-        verification was one token, not gamma + 1: the step's time stays as it ran.)"""
-        gamma = decision.verified_gamma
-        if gamma <= 0 or num_draft_tokens <= 0 or not self.policy.gates_per_request:
-            return num_tokens
-        num_drafted = num_draft_tokens / gamma
-        num_undrafted = decision.num_decode_reqs - num_drafted
-        if num_undrafted <= 0:
-            return num_tokens
-        return num_tokens + round(num_undrafted * num_accepted / num_drafted)
+    def _sample(
+        self,
+        decision: StepDecision,
+        num_tokens: int,
+        num_draft_tokens: int,
+        num_accepted: int,
+        duration_s: float,
+        reaching: tuple[int, ...],
+    ) -> StepSample:
+        """The closed step as the observation rule reads it: B only if it decoded, and
+        its decode tokens as if the draft had run over every decoding request."""
+        num_decode_tokens = num_tokens - (decision.num_sampling_reqs - decision.num_decode_reqs)
+        return StepSample(
+            decision.num_reqs if decision.num_decode_reqs > 0 else 0,
+            decision.verified_gamma,
+            decision.gamma,
+            as_if_all_drafted(
+                num_decode_tokens,
+                decision.verified_gamma if self.policy.gates_per_request else 0,
+                decision.num_decode_reqs,
+                num_draft_tokens,
+                num_accepted,
+            ),
+            duration_s,
+            decision.num_prefill_tokens,
+            num_draft_tokens,
+            num_accepted,
+            decision.num_drafted_owed_tokens,
+            reaching,
+        )
+
+    def _learn(self, result: StepResult) -> None:
+        """Teach the policy one observed step and count it."""
+        with self.policy_lock:
+            self.policy.observe(result)
+        self.num_observed += 1
+        depths = result.num_reqs_reaching
+        self.telemetry.on_observed(
+            result.num_tokens, result.duration_s, sum(depths) - depths[-1] if depths else 0
+        )
 
     def _record(self, done: StepDecision) -> None:
         self.history.append(done)
