@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -28,7 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root, for ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.suite_sweep import Case, cases, run_all
+from benchmarks.suite_sweep import Case, cases, run_all, statics_of
 from nightjar_ray.cli.simulate_suite import suite_contenders
 from nightjar_ray.policy.base import Policy, StepResult, validate_result
 from nightjar_ray.policy.stats import PolicyStats
@@ -44,42 +43,45 @@ from nightjar_ray.sim.experiments import (
 )
 from nightjar_ray.sim.metrics import Summary, summarize
 from nightjar_ray.sim.presets import SETTINGS, Setting, get_setting
-from nightjar_ray.sim.server import SimServer
+from nightjar_ray.sim.server import ServerOptions, SimServer
 from nightjar_ray.sim.suite import SUITE
 from nightjar_ray.sim.suite_report import MAX_E2E_OF_BEST_STATIC, SuiteCell
 
 ORACLES = ("batch-oracle", "context-oracle")
+GAMMA_MAX = 4
 CONTEXT_BUCKET_TOKENS = 32
 """The context-oracle reads the cost model at the step's mean context rounded to this."""
 
 
 class ContextOracle(Policy):
-    """The cost model's fastest gamma at the step's batch size and ``context_tokens()``."""
+    """The cost model's fastest gamma at the step's batch size and ``context_tokens`` (the
+    running decodes' mean context, which :class:`ContextServer` sets before each choice)."""
 
     name = "context-oracle"
 
-    def __init__(self, setting: Setting, context_tokens: Callable[[], float]) -> None:
-        self._context_tokens = context_tokens
+    def __init__(self, setting: Setting) -> None:
+        self.context_tokens = float(BATCH_ORACLE_CONTEXT_TOKENS)
         acc = setting.acceptance_for("sharegpt")
 
         @cache
         def fastest(num_reqs: int, context_bucket: int) -> int:
             ctx = context_bucket * CONTEXT_BUCKET_TOKENS + CONTEXT_BUCKET_TOKENS // 2
-            lat = [token_latency_s(setting, num_reqs, g, ctx, acc) for g in range(5)]
-            return min(range(5), key=lat.__getitem__)
+            arms = range(GAMMA_MAX + 1)
+            lat = [token_latency_s(setting, num_reqs, g, ctx, acc) for g in arms]
+            return min(arms, key=lat.__getitem__)
 
         self._fastest = fastest
 
     @property
     def gamma_max(self) -> int:
-        return 4
+        return GAMMA_MAX
 
     def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
-        bucket = int(self._context_tokens()) // CONTEXT_BUCKET_TOKENS
+        bucket = int(self.context_tokens) // CONTEXT_BUCKET_TOKENS
         return self._fastest(max(1, num_reqs), bucket)
 
     def observe(self, result: StepResult) -> None:
-        validate_result(result, 4)
+        validate_result(result, GAMMA_MAX)
 
     def export_stats(self) -> PolicyStats:
         return PolicyStats(self.name)
@@ -89,14 +91,17 @@ class ContextOracle(Policy):
 
 
 class ContextServer(SimServer):
-    """A simulator that keeps its running decodes' mean context for ``ContextOracle``."""
+    """A simulator that hands ``oracle`` its running decodes' mean context before each
+    choice."""
 
-    mean_context_tokens: float = float(BATCH_ORACLE_CONTEXT_TOKENS)
+    def __init__(self, setting: Setting, oracle: ContextOracle, options: ServerOptions) -> None:
+        super().__init__(setting, oracle, options)
+        self.oracle = oracle
 
     def _choose(self, num_reqs: int, max_skip_tokens: int) -> int:
         decodes = [r for r in self.scheduler.running if not r.is_prefilling]
         if decodes:
-            self.mean_context_tokens = sum(r.num_computed for r in decodes) / len(decodes)
+            self.oracle.context_tokens = sum(r.num_computed for r in decodes) / len(decodes)
         return super()._choose(num_reqs, max_skip_tokens)
 
 
@@ -108,11 +113,7 @@ def run_oracle(task: tuple[Case, str]) -> Summary:
     if label == "batch-oracle":
         policy = build_contender_policy(setting, c, case.seed)
         return summarize(SimServer(setting, policy, options).run(case.requests))
-    box: list[ContextServer] = []
-    server = ContextServer(
-        setting, ContextOracle(setting, lambda: box[0].mean_context_tokens), options
-    )
-    box.append(server)
+    server = ContextServer(setting, ContextOracle(setting), options)
     return summarize(server.run(case.requests))
 
 
@@ -137,10 +138,7 @@ def main() -> int:
         passed = {"all": 0, "issue": 0}
         worst = 1.0
         for i, case in enumerate(all_cases):
-            by = {
-                c.label: cache[(case.setting, case.workload, case.seed, 1, c.label)]
-                for c in statics
-            }
+            by = statics_of(cache, case, statics, 1)
             row = LoadRow("", by | {label: runs[(i, label)]}, oracle_label(by))
             cell = SuiteCell(case.setting, case.workload, case.seed, row)
             ok = cell.e2e_of_best_static(label) <= MAX_E2E_OF_BEST_STATIC

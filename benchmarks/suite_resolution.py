@@ -25,7 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository root, for ``benchmarks.*``
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.suite_sweep import Case, cases, run_all
+from benchmarks.suite_sweep import Case, cases, run_all, statics_of
 from nightjar_ray.cli.simulate_suite import suite_contenders
 from nightjar_ray.sim.experiments import Contender, RunTask, run_summaries
 from nightjar_ray.sim.presets import SETTINGS, Setting, get_setting
@@ -77,12 +77,12 @@ def main() -> int:
     cache, _ = run_all(all_cases, statics, [], args)
     lowest: list[tuple[Contender, float]] = []
     for case in all_cases:
-        by = {c.label: cache[(case.setting, case.workload, case.seed, 1, c.label)] for c in statics}
+        by = statics_of(cache, case, statics, 1)
         best = min(statics, key=lambda c: by[c.label].mean_e2e_s)
         lowest.append((best, by[best.label].mean_e2e_s))
     tasks = copy_tasks(all_cases, [c for c, _ in lowest], copies)
-    nightjar = next(c for c in suite_contenders({}, False) if c.label == "nightjar")
     if args.nightjar:
+        nightjar = next(c for c in suite_contenders({}, False) if c.label == "nightjar")
         tasks += copy_tasks(all_cases, [nightjar] * len(all_cases), copies)
     summaries = run_summaries([t for _, _, t in tasks], args.jobs)
     ratios: dict[tuple[str, int], list[float]] = {}

@@ -107,6 +107,16 @@ def run_all(
     return cache, runs
 
 
+def statics_of(
+    cache: dict[CacheKey, Summary], case: Case, statics: list[Contender], length_scale: int
+) -> dict[str, Summary]:
+    """Each static contender's cached summary for ``case``, by label."""
+    return {
+        c.label: cache[(case.setting, case.workload, case.seed, length_scale, c.label)]
+        for c in statics
+    }
+
+
 def e2e_by_workload(cells: list[SuiteCell], label: str) -> str:
     """``workload passed/cells`` for the E2E goal (``MAX_E2E_OF_BEST_STATIC``), per workload."""
     out = []
@@ -137,10 +147,7 @@ def main() -> int:
     cache, runs = run_all(all_cases, statics, variants, args)
     cells = []
     for i, case in enumerate(all_cases):
-        by = {
-            c.label: cache[(case.setting, case.workload, case.seed, args.length_scale, c.label)]
-            for c in statics
-        }
+        by = statics_of(cache, case, statics, args.length_scale)
         oracle = oracle_label(by)
         by |= {c.label: runs[(i, c.label)] for c in variants}
         cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))

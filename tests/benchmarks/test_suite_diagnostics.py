@@ -10,35 +10,37 @@ import pytest
 from benchmarks.suite_oracles import ContextOracle, ContextServer
 from benchmarks.suite_resolution import perturbed
 from nightjar_ray.sim.experiments import RunKnobs, batch_oracle, server_options
-from nightjar_ray.sim.presets import get_setting
+from nightjar_ray.sim.presets import Setting, get_setting
 from nightjar_ray.sim.suite import suite_workload
 
 
 def test_the_fastest_gamma_at_one_batch_size_moves_with_the_context() -> None:
     """On the A100 at B = 128 the KV read of long contexts is what speculation amortizes:
     short contexts play gamma 1, long ones gamma 4 (the batch-oracle reads 512 tokens)."""
-    context = [64.0]
-    oracle = ContextOracle(get_setting("a100-13b"), lambda: context[0])
+    oracle = ContextOracle(get_setting("a100-13b"))
+    oracle.context_tokens = 64.0
     assert oracle.choose(128, 0) == 1
-    context[0] = 8192.0
+    oracle.context_tokens = 8192.0
     assert oracle.choose(128, 0) == 4
+
+
+class _Recording(ContextOracle):
+    def __init__(self, setting: Setting) -> None:
+        super().__init__(setting)
+        self.seen: list[float] = []
+
+    def choose(self, num_reqs: int, max_skip_tokens: int, num_reqs_ahead: int | None = None) -> int:
+        self.seen.append(self.context_tokens)
+        return super().choose(num_reqs, max_skip_tokens, num_reqs_ahead)
 
 
 def test_the_server_hands_the_oracle_its_running_decodes_mean_context() -> None:
     setting = get_setting("rtx4090-7b")
-    seen: list[float] = []
-    box: list[ContextServer] = []
-
-    def context_tokens() -> float:
-        seen.append(box[0].mean_context_tokens)
-        return seen[-1]
-
+    oracle = _Recording(setting)
     options = server_options(setting, batch_oracle(setting, "sharegpt"), "sharegpt", 0, RunKnobs())
-    server = ContextServer(setting, ContextOracle(setting, context_tokens), options)
-    box.append(server)
-    server.run(suite_workload("low", setting, 0, 1, None)[:40])
-    assert len(set(seen)) > 10
-    assert max(seen) > 512.0 > min(seen)
+    ContextServer(setting, oracle, options).run(suite_workload("low", setting, 0, 1, None)[:40])
+    assert len(set(oracle.seen)) > 10
+    assert max(oracle.seen) > 512.0 > min(oracle.seen)
 
 
 def test_a_resolution_copy_is_the_setting_with_only_its_step_overhead_longer() -> None:
