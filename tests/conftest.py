@@ -12,6 +12,9 @@ import pytest
 from nightjar_ray.workload.trace import TRACE_ENV
 from tests.reference_engines import ReferenceEngines
 
+_EXIT_STATUS = pytest.StashKey[int]()
+"""The session's exit status, for ``pytest_unconfigure``."""
+
 
 @pytest.fixture(scope="session", autouse=True)
 def trace_where_there_is_one() -> Iterator[None]:
@@ -40,18 +43,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Once the session is reported and every plugin has unconfigured, leave with its exit
-    status without the interpreter's finalization. Every fixture has shut its engines and
-    Ray clusters down by then; what finalization still reaps is native threads of the
-    libraries the tests loaded (Ray's core worker, vLLM, oneDNN), and on a clean clone
-    that teardown once segfaulted after all 1,131 tests had passed, turning a green run
-    red."""
+    """Once the session is reported and every plugin has unconfigured, leave with the
+    session's exit status, skipping the interpreter's finalization: every fixture has shut
+    its engines and Ray clusters down, and what finalization would still reap (native
+    threads of Ray, vLLM, oneDNN) can crash the process after a passing run."""
     status = config.stash.get(_EXIT_STATUS, None)
     if status is None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
-
-
-_EXIT_STATUS = pytest.StashKey[int]()
