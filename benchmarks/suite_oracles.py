@@ -126,7 +126,7 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--cells", action="store_true", help="every cell, not only misses")
     args = p.parse_args()
-    args.length_scale, args.policy_seed_offset = 1, 0
+    args.length_scale = 1
     all_cases = list(cases(args))
     statics = [c for c in suite_contenders({}, False) if c.label != "nightjar"]
     cache, _ = run_all(all_cases, statics, [], args)

@@ -70,7 +70,7 @@ def main() -> int:
     p.add_argument("--cache", default="/tmp/suite-statics.pkl")
     p.add_argument("--jobs", type=int, default=2)
     args = p.parse_args()
-    args.length_scale, args.policy_seed_offset = 1, 0
+    args.length_scale = 1
     copies = [float(x) for x in args.copies_us.split(",")]
     all_cases = list(cases(args))
     statics = [c for c in suite_contenders({}, False) if c.label != "nightjar"]

@@ -1,13 +1,18 @@
 """Nightjar variants on the workload suite, the static contenders run once and cached.
 
     python benchmarks/suite_sweep.py --variant defaults='{}' \
-        --variant noqueue='{"queue_aware": false}' [--warm] [--cache PATH]
+        --variant noqueue='{"queue_aware": false}' [--warm] [--cache PATH] \
+        [--policy-seed-offset 0,1000,2000] [--json PATH]
 
 The statics (``off``, ``fixed-1..5``) do not depend on nightjar's parameters and a run is
 a pure function of its task, so their summaries are cached (``--cache``: a pickle keyed
 by setting, workload, seed, length scale and contender) and each variant costs only its
 own runs. Prints each variant's suite totals (the goals of ``sim/suite_report.py``) and
-every cell that misses one. ``nightjar-ray simulate suite`` is the command results are
+every cell that misses one. Given several policy seed offsets (other draws of the
+policies' own randomness on the same workloads), it prints each offset's results, then
+every cell's mean over the offsets (its mean E2E and throughput ratios averaged) against
+the same goals, and how many cells pass at every offset; ``--json`` keeps every cell's
+unrounded ratios. ``nightjar-ray simulate suite`` is the command results are
 recorded with; this script is for sweeping variants against it.
 """
 
@@ -17,8 +22,9 @@ import argparse
 import json
 import os
 import pickle
+import statistics
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from nightjar_ray.cli.simulate_suite import suite_contenders
@@ -34,9 +40,18 @@ from nightjar_ray.sim.experiments import (
 from nightjar_ray.sim.metrics import Summary
 from nightjar_ray.sim.presets import SETTINGS, get_setting
 from nightjar_ray.sim.suite import SUITE, suite_workload
-from nightjar_ray.sim.suite_report import MAX_E2E_OF_BEST_STATIC, SuiteCell, suite_totals
+from nightjar_ray.sim.suite_report import (
+    MAX_E2E_OF_BEST_STATIC,
+    MIN_OF_BEST_STATIC,
+    MIN_OF_OFF,
+    SuiteCell,
+    suite_totals,
+)
 from nightjar_ray.workload import RequestSpec
 from nightjar_ray.workload.trace import TRACE_ENV
+
+WARM_MIN_OF_BEST_STATIC = 0.98
+"""Throughput floor over the best static's for a warm-started label (issue 38's goal)."""
 
 CacheKey = tuple[str, str, int, int, str]
 """(setting, workload, seed, length scale, static contender)."""
@@ -79,11 +94,12 @@ def run_all(
     statics: list[Contender],
     variants: list[Contender],
     args: argparse.Namespace,
+    policy_seed_offset: int = 0,
 ) -> tuple[dict[CacheKey, Summary], dict[tuple[int, str], Summary]]:
     """The statics' summaries (cached, then updated) and each (case, variant)'s."""
     path = Path(args.cache)
     cache: dict[CacheKey, Summary] = pickle.loads(path.read_bytes()) if path.exists() else {}
-    knobs = RunKnobs(policy_seed_offset=args.policy_seed_offset)
+    knobs = RunKnobs(policy_seed_offset=policy_seed_offset)
     static_tasks: list[tuple[CacheKey, RunTask]] = []
     variant_tasks: list[tuple[tuple[int, str], RunTask]] = []
     for i, case in enumerate(all_cases):
@@ -127,6 +143,106 @@ def e2e_by_workload(cells: list[SuiteCell], label: str) -> str:
     return ", ".join(out)
 
 
+@dataclass(frozen=True)
+class CellRatios:
+    """One cell's ratios for one label at one policy seed offset (unrounded)."""
+
+    setting: str
+    workload: str
+    seed: int
+    of_best_static: float
+    of_off: float
+    e2e_of_best_static: float
+    e2e_of_off: float
+    best_static: str
+
+    @classmethod
+    def of(cls, cell: SuiteCell, label: str) -> CellRatios:
+        return cls(
+            cell.setting,
+            cell.workload,
+            cell.seed,
+            cell.of_best_static(label),
+            cell.of_off(label),
+            cell.e2e_of_best_static(label),
+            cell.row.ratio(label)[1],
+            cell.row.oracle_label,
+        )
+
+    def passes(self, min_of_best: float) -> bool:
+        return (
+            self.of_best_static >= min_of_best
+            and self.of_off >= MIN_OF_OFF
+            and self.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC
+        )
+
+    def line(self) -> str:
+        return (
+            f"  {self.setting:11s} {self.workload:14s} s{self.seed} "
+            f"{self.of_best_static:.3f} {self.of_off:.3f} "
+            f"{self.e2e_of_best_static:.3f} {self.e2e_of_off:.3f} {self.best_static}"
+        )
+
+
+def mean_over_offsets(runs: list[list[CellRatios]]) -> list[CellRatios]:
+    """Each cell's ratios averaged over the offsets' runs (the same cells in each)."""
+    out = []
+    for same in zip(*runs, strict=True):
+        first = same[0]
+        out.append(
+            replace(
+                first,
+                of_best_static=statistics.fmean(c.of_best_static for c in same),
+                of_off=statistics.fmean(c.of_off for c in same),
+                e2e_of_best_static=statistics.fmean(c.e2e_of_best_static for c in same),
+                e2e_of_off=statistics.fmean(c.e2e_of_off for c in same),
+            )
+        )
+    return out
+
+
+def offsets_summary(label: str, offsets: list[int], runs: list[list[CellRatios]]) -> list[str]:
+    """The per-cell means over the offsets against the goals, and the cells that pass the
+    E2E goal at every offset (the throughput floor: 0.98 for a warm-started label)."""
+    floor = WARM_MIN_OF_BEST_STATIC if label.endswith("-warm") else MIN_OF_BEST_STATIC
+    mean = mean_over_offsets(runs)
+    n = len(mean)
+    e2e_ok = sum(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in mean)
+    every = sum(
+        all(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in same)
+        for same in zip(*runs, strict=True)
+    )
+    per = [sum(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in r) for r in runs]
+    out = [
+        f"\n{label}, each cell's mean over policy seed offsets {offsets}: "
+        f"E2E <= {MAX_E2E_OF_BEST_STATIC}x in {e2e_ok}/{n} "
+        f"(per offset {per}, at every offset {every}/{n}); "
+        f"worst thr / best static {min(c.of_best_static for c in mean):.3f}, "
+        f"worst thr / off {min(c.of_off for c in mean):.3f}; "
+        f"mean E2E / best static's {statistics.fmean(c.e2e_of_best_static for c in mean):.4f}",
+        f"{label}, cells whose mean misses a goal (thr >= {floor}, >= {MIN_OF_OFF} of off, "
+        f"E2E <= {MAX_E2E_OF_BEST_STATIC}x):",
+    ]
+    return out + [c.line() for c in mean if not c.passes(floor)]
+
+
+def print_offset(
+    cells: list[SuiteCell], labels: list[str], show_every_cell: bool
+) -> dict[str, list[CellRatios]]:
+    """One offset's totals and cells, as a single-offset sweep prints them."""
+    print("\n".join(suite_totals(cells, [*labels, "off"])))
+    for label in labels:
+        print(f"{label}: mean E2E within 1.03x, by workload: {e2e_by_workload(cells, label)}")
+    out = {}
+    for label in labels:
+        print(f"\n{label}: thr/best static, thr/off, E2E/best static's, E2E/off, best static:")
+        out[label] = [CellRatios.of(cell, label) for cell in cells]
+        for cell, ratios in zip(cells, out[label], strict=True):
+            if show_every_cell or not cell.passes(label):
+                print(ratios.line())
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--variant", action="append", default=[], help="LABEL=JSON nightjar params")
@@ -135,36 +251,44 @@ def main() -> int:
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--length-scale", type=int, default=1)
     p.add_argument("--warm", action="store_true", help="also each variant warm-started")
-    p.add_argument("--policy-seed-offset", type=int, default=0)
+    p.add_argument(
+        "--policy-seed-offset",
+        default="0",
+        help="comma-separated offsets of the policies' RNG seeds (each a run of every cell)",
+    )
     p.add_argument("--cache", default="/tmp/suite-statics.pkl")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--cells", action="store_true", help="every cell, not only misses")
+    p.add_argument("--json", help="write every cell's unrounded ratios per label and offset")
     args = p.parse_args()
     pairs = [(v.split("=", 1)[0], v.split("=", 1)[1]) for v in args.variant]
     variants = variant_contenders(pairs or [("defaults", "{}")], args.warm)
     statics = [c for c in suite_contenders({}, False) if c.label != "nightjar"]
     all_cases = list(cases(args))
-    cache, runs = run_all(all_cases, statics, variants, args)
-    cells = []
-    for i, case in enumerate(all_cases):
-        by = statics_of(cache, case, statics, args.length_scale)
-        oracle = oracle_label(by)
-        by |= {c.label: runs[(i, c.label)] for c in variants}
-        cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))
     labels = [c.label for c in variants]
-    print("\n".join(suite_totals(cells, [*labels, "off"])))
-    for label in labels:
-        print(f"{label}: mean E2E within 1.03x, by workload: {e2e_by_workload(cells, label)}")
-    for label in labels:
-        print(f"\n{label}: thr/best static, thr/off, E2E/best static's, E2E/off, best static:")
-        for cell in cells:
-            if args.cells or not cell.passes(label):
-                print(
-                    f"  {cell.setting:11s} {cell.workload:14s} s{cell.seed} "
-                    f"{cell.of_best_static(label):.3f} {cell.of_off(label):.3f} "
-                    f"{cell.e2e_of_best_static(label):.3f} {cell.row.ratio(label)[1]:.3f} "
-                    f"{cell.row.oracle_label}"
-                )
+    offsets = [int(k) for k in args.policy_seed_offset.split(",")]
+    ratios: dict[str, list[list[CellRatios]]] = {label: [] for label in labels}
+    for offset in offsets:
+        cache, runs = run_all(all_cases, statics, variants, args, offset)
+        cells = []
+        for i, case in enumerate(all_cases):
+            by = statics_of(cache, case, statics, args.length_scale)
+            oracle = oracle_label(by)
+            by |= {c.label: runs[(i, c.label)] for c in variants}
+            cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))
+        if len(offsets) > 1:
+            print(f"\n# --policy-seed-offset {offset}")
+        for label, cell_ratios in print_offset(cells, labels, args.cells).items():
+            ratios[label].append(cell_ratios)
+    if len(offsets) > 1:
+        for label in labels:
+            print("\n".join(offsets_summary(label, offsets, ratios[label])))
+    if args.json:
+        table = {
+            label: {str(k): [asdict(c) for c in r] for k, r in zip(offsets, runs, strict=True)}
+            for label, runs in ratios.items()
+        }
+        Path(args.json).write_text(json.dumps(table, indent=1))
     return 0
 
 

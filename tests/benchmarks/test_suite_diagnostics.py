@@ -1,5 +1,6 @@
 """The suite's diagnostics: the context-oracle reads the step's own context, the A/A copies
-differ from their setting in step overhead alone (docs/benchmarks.md, workload suite)."""
+differ from their setting in step overhead alone, a sweep over policy seed offsets judges
+each cell on its mean (docs/benchmarks.md, workload suite)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from benchmarks.suite_oracles import ContextOracle, ContextServer
 from benchmarks.suite_resolution import perturbed
+from benchmarks.suite_sweep import CellRatios, mean_over_offsets, offsets_summary
 from nightjar_ray.sim.experiments import RunKnobs, batch_oracle, server_options
 from nightjar_ray.sim.presets import Setting, get_setting
 from nightjar_ray.sim.suite import suite_workload
@@ -48,3 +50,23 @@ def test_a_resolution_copy_is_the_setting_with_only_its_step_overhead_longer() -
     copy = perturbed(setting, 7.0)
     assert copy.overheads.step_overhead_s == pytest.approx(setting.overheads.step_overhead_s + 7e-6)
     assert replace(copy, overheads=setting.overheads) == setting
+
+
+def _ratios(seed: int, e2e: float, thr: float = 1.0) -> CellRatios:
+    return CellRatios("a100-13b", "high", seed, thr, 1.5, e2e, 0.5 * e2e, "fixed-4")
+
+
+def test_a_cell_over_policy_seed_offsets_is_judged_on_its_mean() -> None:
+    """A cell that misses 1.03x at one offset passes on its mean over the offsets, one that
+    misses on average does not; "at every offset" counts the cells that never miss."""
+    runs = [
+        [_ratios(0, 1.04), _ratios(1, 1.05), _ratios(2, 1.00)],
+        [_ratios(0, 1.00), _ratios(1, 1.02), _ratios(2, 1.01, thr=0.95)],
+    ]
+    mean = mean_over_offsets(runs)
+    assert [round(c.e2e_of_best_static, 3) for c in mean] == [1.02, 1.035, 1.005]
+    cold = offsets_summary("nightjar", [0, 1000], runs)
+    assert "in 2/3 (per offset [1, 3], at every offset 1/3)" in cold[0]
+    assert [line.split()[2] for line in cold[2:]] == ["s1"]
+    warm = offsets_summary("nightjar-warm", [0, 1000], runs)
+    assert [line.split()[2] for line in warm[2:]] == ["s1", "s2"]
