@@ -169,12 +169,12 @@ class CellRatios:
             cell.row.oracle_label,
         )
 
+    @property
+    def meets_e2e(self) -> bool:
+        return self.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC
+
     def passes(self, min_of_best: float) -> bool:
-        return (
-            self.of_best_static >= min_of_best
-            and self.of_off >= MIN_OF_OFF
-            and self.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC
-        )
+        return self.of_best_static >= min_of_best and self.of_off >= MIN_OF_OFF and self.meets_e2e
 
     def line(self) -> str:
         return (
@@ -207,12 +207,9 @@ def offsets_summary(label: str, offsets: list[int], runs: list[list[CellRatios]]
     floor = WARM_MIN_OF_BEST_STATIC if label.endswith("-warm") else MIN_OF_BEST_STATIC
     mean = mean_over_offsets(runs)
     n = len(mean)
-    e2e_ok = sum(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in mean)
-    every = sum(
-        all(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in same)
-        for same in zip(*runs, strict=True)
-    )
-    per = [sum(c.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC for c in r) for r in runs]
+    e2e_ok = sum(c.meets_e2e for c in mean)
+    every = sum(all(c.meets_e2e for c in same) for same in zip(*runs, strict=True))
+    per = [sum(c.meets_e2e for c in r) for r in runs]
     out = [
         f"\n{label}, each cell's mean over policy seed offsets {offsets}: "
         f"E2E <= {MAX_E2E_OF_BEST_STATIC}x in {e2e_ok}/{n} "
@@ -285,8 +282,10 @@ def main() -> int:
             print("\n".join(offsets_summary(label, offsets, ratios[label])))
     if args.json:
         table = {
-            label: {str(k): [asdict(c) for c in r] for k, r in zip(offsets, runs, strict=True)}
-            for label, runs in ratios.items()
+            label: {
+                str(k): [asdict(c) for c in r] for k, r in zip(offsets, per_offset, strict=True)
+            }
+            for label, per_offset in ratios.items()
         }
         Path(args.json).write_text(json.dumps(table, indent=1))
     return 0
