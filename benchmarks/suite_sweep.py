@@ -19,11 +19,12 @@ recorded with; this script is for sweeping variants against it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import pickle
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from nightjar_ray.sim.suite_report import (
     MIN_OF_BEST_STATIC,
     MIN_OF_OFF,
     SuiteCell,
+    meets_goals,
     suite_totals,
 )
 from nightjar_ray.workload import RequestSpec
@@ -94,14 +96,15 @@ def run_all(
     statics: list[Contender],
     variants: list[Contender],
     args: argparse.Namespace,
-    policy_seed_offset: int = 0,
-) -> tuple[dict[CacheKey, Summary], dict[tuple[int, str], Summary]]:
-    """The statics' summaries (cached, then updated) and each (case, variant)'s."""
+    policy_seed_offsets: Sequence[int] = (0,),
+) -> tuple[dict[CacheKey, Summary], dict[tuple[int, int, str], Summary]]:
+    """The statics' summaries (cached, then updated) and each (offset, case, variant)'s,
+    in one pool of runs: the statics are run (or read from the cache) once for every
+    offset."""
     path = Path(args.cache)
     cache: dict[CacheKey, Summary] = pickle.loads(path.read_bytes()) if path.exists() else {}
-    knobs = RunKnobs(policy_seed_offset=policy_seed_offset)
     static_tasks: list[tuple[CacheKey, RunTask]] = []
-    variant_tasks: list[tuple[tuple[int, str], RunTask]] = []
+    variant_tasks: list[tuple[tuple[int, int, str], RunTask]] = []
     for i, case in enumerate(all_cases):
         setting = get_setting(case.setting)
         for c in statics:
@@ -110,10 +113,11 @@ def run_all(
                 static_tasks.append(
                     (key, RunTask(setting, c, case.requests, "sharegpt", case.seed))
                 )
-        for c in variants:
+        for offset, c in itertools.product(policy_seed_offsets, variants):
             warm = case.warm_requests if c.warm_start else None
+            knobs = RunKnobs(policy_seed_offset=offset)
             task = RunTask(setting, c, case.requests, "sharegpt", case.seed, knobs, warm)
-            variant_tasks.append(((i, c.label), task))
+            variant_tasks.append(((offset, i, c.label), task))
     tasks = [t for _, t in static_tasks] + [t for _, t in variant_tasks]
     summaries = run_summaries(tasks, args.jobs)
     cache |= {k: s for (k, _), s in zip(static_tasks, summaries, strict=False)}
@@ -174,7 +178,7 @@ class CellRatios:
         return self.e2e_of_best_static <= MAX_E2E_OF_BEST_STATIC
 
     def passes(self, min_of_best: float) -> bool:
-        return self.of_best_static >= min_of_best and self.of_off >= MIN_OF_OFF and self.meets_e2e
+        return meets_goals(self.of_best_static, self.of_off, self.e2e_of_best_static, min_of_best)
 
     def line(self) -> str:
         return (
@@ -265,13 +269,13 @@ def main() -> int:
     labels = [c.label for c in variants]
     offsets = [int(k) for k in args.policy_seed_offset.split(",")]
     ratios: dict[str, list[list[CellRatios]]] = {label: [] for label in labels}
+    cache, runs = run_all(all_cases, statics, variants, args, offsets)
     for offset in offsets:
-        cache, runs = run_all(all_cases, statics, variants, args, offset)
         cells = []
         for i, case in enumerate(all_cases):
             by = statics_of(cache, case, statics, args.length_scale)
             oracle = oracle_label(by)
-            by |= {c.label: runs[(i, c.label)] for c in variants}
+            by |= {c.label: runs[(offset, i, c.label)] for c in variants}
             cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))
         if len(offsets) > 1:
             print(f"\n# --policy-seed-offset {offset}")
