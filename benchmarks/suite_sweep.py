@@ -159,6 +159,10 @@ class CellRatios:
     e2e_of_best_static: float
     e2e_of_off: float
     best_static: str
+    e2e_of_oracle: float
+    """Mean E2E over that of ``best_static`` (the throughput-best static, the one the
+    throughput goal names), where ``e2e_of_best_static`` divides by the lowest of any
+    static's: the other reading of the issue's "within 1.03x of the best static"."""
 
     @classmethod
     def of(cls, cell: SuiteCell, label: str) -> CellRatios:
@@ -171,6 +175,7 @@ class CellRatios:
             cell.e2e_of_best_static(label),
             cell.row.ratio(label)[1],
             cell.row.oracle_label,
+            cell.row.ratio(label, cell.row.oracle_label)[1],
         )
 
     @property
@@ -200,6 +205,7 @@ def mean_over_offsets(runs: list[list[CellRatios]]) -> list[CellRatios]:
                 of_off=statistics.fmean(c.of_off for c in same),
                 e2e_of_best_static=statistics.fmean(c.e2e_of_best_static for c in same),
                 e2e_of_off=statistics.fmean(c.e2e_of_off for c in same),
+                e2e_of_oracle=statistics.fmean(c.e2e_of_oracle for c in same),
             )
         )
     return out
@@ -221,10 +227,17 @@ def offsets_summary(label: str, offsets: list[int], runs: list[list[CellRatios]]
         f"worst thr / best static {min(c.of_best_static for c in mean):.3f}, "
         f"worst thr / off {min(c.of_off for c in mean):.3f}; "
         f"mean E2E / best static's {statistics.fmean(c.e2e_of_best_static for c in mean):.4f}",
+        f"{label}, read against the throughput-best static's mean E2E: "
+        f"E2E <= {MAX_E2E_OF_BEST_STATIC}x in {sum(_near_oracle(c) for c in mean)}/{n} "
+        f"(per offset {[sum(_near_oracle(c) for c in r) for r in runs]})",
         f"{label}, cells whose mean misses a goal (thr >= {floor}, >= {MIN_OF_OFF} of off, "
         f"E2E <= {MAX_E2E_OF_BEST_STATIC}x):",
     ]
     return out + [c.line() for c in mean if not c.passes(floor)]
+
+
+def _near_oracle(c: CellRatios) -> bool:
+    return c.e2e_of_oracle <= MAX_E2E_OF_BEST_STATIC
 
 
 def print_offset(
