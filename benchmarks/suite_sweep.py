@@ -251,8 +251,8 @@ def print_offset(
     for label in labels:
         print(f"\n{label}: thr/best static, thr/off, E2E/best static's, E2E/off, best static:")
         out[label] = [CellRatios.of(cell, label) for cell in cells]
-        for cell, ratios in zip(cells, out[label], strict=True):
-            if show_every_cell or not cell.passes(label):
+        for ratios in out[label]:
+            if show_every_cell or not ratios.passes(MIN_OF_BEST_STATIC):
                 print(ratios.line())
     return out
 
@@ -283,13 +283,14 @@ def main() -> int:
     offsets = [int(k) for k in args.policy_seed_offset.split(",")]
     ratios: dict[str, list[list[CellRatios]]] = {label: [] for label in labels}
     cache, runs = run_all(all_cases, statics, variants, args, offsets)
+    static_rows = [statics_of(cache, case, statics, args.length_scale) for case in all_cases]
+    oracles = [oracle_label(by) for by in static_rows]
     for offset in offsets:
         cells = []
         for i, case in enumerate(all_cases):
-            by = statics_of(cache, case, statics, args.length_scale)
-            oracle = oracle_label(by)
-            by |= {c.label: runs[(offset, i, c.label)] for c in variants}
-            cells.append(SuiteCell(case.setting, case.workload, case.seed, LoadRow("", by, oracle)))
+            by = static_rows[i] | {c.label: runs[(offset, i, c.label)] for c in variants}
+            row = LoadRow("", by, oracles[i])
+            cells.append(SuiteCell(case.setting, case.workload, case.seed, row))
         if len(offsets) > 1:
             print(f"\n# --policy-seed-offset {offset}")
         for label, cell_ratios in print_offset(cells, labels, args.cells).items():
