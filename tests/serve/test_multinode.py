@@ -3,7 +3,9 @@
 The head keeps the machine's address and the worker node takes ``127.0.0.2``, as a second
 host would have its own; each node exports metrics on its own port. Both nodes advertise
 one ``nightjar_replica_slot`` and a replica's placement-group bundle asks for one, so the
-deployment's two replicas run on different nodes. Debian's Prometheus scrapes both ports.
+deployment's two replicas run on different nodes; the OpenAI ingress is pinned to the head
+(a worker has only the CPUs its replica takes), as ``nightjar-ray chaos`` places them.
+Debian's Prometheus scrapes both ports.
 
 One cluster and one app for the module; the first test to ask for ``settled`` drives
 traffic until both replicas observed steps and the pool holds the sum of their pushes.
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 
 from nightjar_ray.cli import faults
+from nightjar_ray.cli.chaos_nodes import app_with_ingress_on_head, pin_one_replica_per_node
 from nightjar_ray.cli.local_cluster import REPLICA_SLOT, LocalCluster, NodeSpec
 from nightjar_ray.metrics.definitions import METRICS_BY_NAME
 from nightjar_ray.ops.render import PrometheusClient
@@ -77,8 +80,6 @@ def cluster(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     import ray
     from ray import serve
 
-    from nightjar_ray.serve import build_app
-
     nodes = LocalCluster(NodeSpec(4, {SLOT: 1}, free_port()))
     http_port, snapshot_dir = free_port(), tmp_path_factory.mktemp("pool")
     try:
@@ -92,10 +93,10 @@ def cluster(nightjar_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         }
         serve.start(proxy_location="HeadOnly", http_options={"port": http_port})
         args = app_args(snapshot_dir, {"num_replicas": 2})
-        args["placement_group_config"] = {"bundles": [{"CPU": 1, SLOT: 1}]}
+        pin_one_replica_per_node(args)
         workdir = tmp_path_factory.mktemp("prometheus")
         with prometheus_server(workdir, list(targets.values())) as prom_url:
-            serve.run(build_app(args), name=APP, route_prefix="/")
+            serve.run(app_with_ingress_on_head(args), name=APP, route_prefix="/")
             # the replicas are placed (head, worker): the spare's slot stays free for a
             # replica that loses its node
             spare_id = nodes.add_node(NodeSpec(2, {SLOT: 1}))
